@@ -1,0 +1,241 @@
+"""Dataclass configs with the paper's defaults, overridable from YAML.
+
+Three concerns are kept apart, as in d3rlpy: *what* is learned (`OPOLOConfig`, `TD3Config`: networks,
+losses, optimiser), *when* it is learned (`ScheduleConfig`: warm-up, update frequencies, delays), and
+the run around it (`RunConfig`: env, seeds, budgets, logging). Every value where the authors' released
+code differs from the paper is a named option here; see docs in README "Algorithm options".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+ResidualMode = Literal["residual", "stop_gradient"]
+DoneMode = Literal["ignore", "terminal"]
+
+
+@dataclass
+class NetworkConfig:
+    """Network sizes: policy/critic MLP [400, 300] ReLU; D and P_I 2x256 tanh (released code)."""
+
+    hidden: tuple[int, ...] = (400, 300)
+    disc_hidden: tuple[int, ...] = (256, 256)
+    inverse_hidden: tuple[int, ...] = (256, 256)
+
+
+@dataclass
+class OPOLOConfig:
+    """What OPOLO learns and with which losses (Algorithm 1 and the appendix of the paper)."""
+
+    net: NetworkConfig = field(default_factory=NetworkConfig)
+    gamma: float = 0.99
+    tau: float = 0.005
+    lr: float = 3e-4
+    disc_lr: float = 3e-4
+    inverse_lr: float = 3e-4
+    # DICE objective: linear term weight is 2 * alpha * (1 - gamma); alpha = 0.5 is exactly the
+    # paper's (1 - gamma) E[Q(s0, pi(s0))]; the released code uses alpha = 0.1.
+    alpha: float = 0.1
+    # f*(y) = |y|^q / q with 1/p + 1/q = 1; q = 2 is the paper's f(x) = x^2 / 2.
+    f_q: float = 2.0
+    # Bellman residual clip (released code clips to [0, 100] in the actor term).
+    residual_clip: float = 100.0
+    # (a) residual: gradient to pi through Q(s', pi(s')) inside the clipped residual (paper /
+    #     AlgaeDICE); stop_gradient: residual carries no policy gradient (released code).
+    residual_mode: ResidualMode = "residual"
+    # (b) ignore: no (1 - done) mask (released code); terminal: mask true terminations only,
+    #     time-limit truncation bootstraps.
+    done_mode: DoneMode = "terminal"
+    # Inverse-action regulariser weight; 0 gives OPOLO-x.
+    lam: float = 0.1
+    # Discriminator: BCE - entropy_coef * Bernoulli entropy + gp_coef * (|grad| - 1)^2.
+    disc_entropy_coef: float = 1e-3
+    disc_gp_coef: float = 10.0
+    # Reward r = -log(1 - D) with 1 - D clipped to [reward_eps_low, 1 - reward_eps_high].
+    reward_eps_low: float = 1e-4
+    reward_eps_high: float = 1e-8
+    inverse_l2: float = 1e-3
+    # (d) running mean/std normalisation of D inputs (from expert batches, std floor) and of
+    #     P_I inputs (from replay batches), as in the released code.
+    normalize_disc: bool = True
+    normalize_inverse: bool = True
+    norm_std_floor: float = 0.1
+
+
+@dataclass
+class TD3Config:
+    """TD3 on the environment reward (Fujimoto et al. 2018), used to train experts."""
+
+    net: NetworkConfig = field(default_factory=NetworkConfig)
+    gamma: float = 0.99
+    tau: float = 0.005
+    lr: float = 3e-4
+    target_noise: float = 0.2
+    target_noise_clip: float = 0.5
+    done_mode: DoneMode = "terminal"
+
+
+@dataclass
+class ScheduleConfig:
+    """When each part is updated, per environment step (paper table / released code defaults)."""
+
+    warmup_steps: int = 10_000  # uniform random actions before this
+    inverse_pretrain_steps: int = 2_500  # P_I gradient steps once, at the end of warm-up
+    disc_freq: int = 500
+    disc_steps: int = 10
+    inverse_freq: int = 500
+    inverse_steps: int = 50
+    train_freq: int = 1_000  # critic/policy updates every train_freq env steps ...
+    gradient_steps: int = 1_000  # ... this many critic steps each time (UTD 1)
+    policy_delay: int = 2
+    batch_size: int = 100
+    buffer_size: int = 1_000_000
+    exploration_noise: float = 0.1
+
+    @property
+    def update_to_data(self) -> float:
+        """Critic gradient steps per environment step."""
+        return self.gradient_steps / self.train_freq
+
+
+@dataclass
+class RunConfig:
+    """One training run: the environment, the budget, seeds, logging and the algorithm parts."""
+
+    env_id: str = "InvertedPendulum-v5"
+    algo: Literal["opolo", "td3"] = "opolo"
+    seed: int = 0
+    total_steps: int = 20_000
+    time_feature: bool = False
+    demos: str = ""  # path to a bag, folder of bags, or .npz of state-only episodes
+    num_demos: int = 4
+    eval_every: int = 5_000
+    eval_episodes: int = 10
+    checkpoint_every: int = 5_000
+    export_every: int = 5_000
+    run_dir: str = "runs/default"
+    torch_threads: int = 0  # 0: leave torch's default
+    progress: bool = True
+    opolo: OPOLOConfig = field(default_factory=OPOLOConfig)
+    td3: TD3Config = field(default_factory=TD3Config)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+
+
+def _coerce(value: Any, current: Any, name: str) -> Any:
+    """Convert a YAML value to the type of the default it replaces, with a clear error."""
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"config '{name}': expected true/false, got {value!r}")
+        return value
+    if isinstance(current, int):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise ValueError(f"config '{name}': expected an integer, got {value!r}")
+        return int(value)
+    if isinstance(current, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"config '{name}': expected a number, got {value!r}")
+        return float(value)
+    if isinstance(current, tuple):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) for v in value):
+            raise ValueError(f"config '{name}': expected a list of integers, got {value!r}")
+        return tuple(value)
+    if isinstance(current, str):
+        if not isinstance(value, str):
+            raise ValueError(f"config '{name}': expected a string, got {value!r}")
+        return value
+    return value
+
+
+def update_dataclass(obj: Any, values: Mapping[str, Any], prefix: str = "") -> Any:
+    """Return a copy of dataclass `obj` with `values` (nested mappings) applied, type-checked."""
+    if not isinstance(values, Mapping):
+        raise ValueError(f"config '{prefix or '<root>'}': expected a mapping, got {values!r}")
+    known = {f.name: f for f in dataclasses.fields(obj)}
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if key not in known:
+            raise ValueError(f"config: unknown key '{name}' (known: {', '.join(sorted(known))})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            changes[key] = update_dataclass(current, value, prefix=f"{name}.")
+        else:
+            changes[key] = _coerce(value, current, name)
+    new = dataclasses.replace(obj, **changes)
+    _validate(new, prefix)
+    return new
+
+
+def _validate(obj: Any, prefix: str) -> None:
+    literals = {"residual_mode": ("residual", "stop_gradient"), "done_mode": ("ignore", "terminal"),
+                "algo": ("opolo", "td3")}
+    for name, allowed in literals.items():
+        if hasattr(obj, name) and getattr(obj, name) not in allowed:
+            raise ValueError(f"config '{prefix}{name}': must be one of {allowed}, "
+                             f"got {getattr(obj, name)!r}")
+
+
+def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+                    ) -> RunConfig:
+    """Build a RunConfig from defaults, then a YAML file, then a mapping of overrides."""
+    cfg = RunConfig()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"config file {path} is not valid YAML: {exc}") from exc
+        cfg = update_dataclass(cfg, data)
+    if overrides:
+        cfg = update_dataclass(cfg, overrides)
+    return cfg
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """Turn 'a.b.c=value' into {'a': {'b': {'c': value}}}; value parsed as YAML scalar."""
+    if "=" not in text:
+        raise ValueError(f"override '{text}' must look like key=value (e.g. schedule.batch_size=256)")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw)
+    out: dict[str, Any] = {}
+    node = out
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def merge_overrides(items: list[str]) -> dict[str, Any]:
+    """Merge several 'key=value' overrides into one nested mapping."""
+    merged: dict[str, Any] = {}
+
+    def merge(dst: dict[str, Any], src: Mapping[str, Any]) -> None:
+        for k, v in src.items():
+            if isinstance(v, Mapping) and isinstance(dst.get(k), dict):
+                merge(dst[k], v)
+            else:
+                dst[k] = v
+
+    for item in items:
+        merge(merged, parse_override(item))
+    return merged
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Plain dict of a config (tuples as lists), for YAML dumps and checkpoints."""
+    def conv(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return list(v)
+        if isinstance(v, dict):
+            return {k: conv(x) for k, x in v.items()}
+        return v
+    return conv(dataclasses.asdict(cfg))

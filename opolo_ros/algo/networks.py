@@ -1,0 +1,140 @@
+"""Networks: policy, fused twin critic, discriminator D(s, s'), inverse action model P_I(s, s').
+
+The twin critic is one module holding both Q networks as stacked weights and evaluating them with
+batched matrix multiplies: one kernel per layer for both critics instead of two, and one parameter
+group for the optimiser. Actions inside the learner live in [-1, 1] (the tanh range); scaling to the
+environment's bounds happens at the environment boundary and inside the exported ONNX graph.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, act: type[nn.Module] = nn.ReLU) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    last = in_dim
+    for h in hidden:
+        layers += [nn.Linear(last, h), act()]
+        last = h
+    layers.append(nn.Linear(last, out_dim))
+    return nn.Sequential(*layers)
+
+
+class RunningNorm(nn.Module):
+    """Running mean/std of a feature vector (Chan et al. parallel update), with a std floor.
+
+    Stored as buffers so it travels with `state_dict` (checkpoints) and can be baked into ONNX.
+    """
+
+    def __init__(self, dim: int, std_floor: float = 0.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.tensor(eps, dtype=torch.float64))
+        self.std_floor = std_floor
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        x = x.reshape(-1, self.mean.shape[0])
+        n = x.shape[0]
+        if n == 0:
+            return
+        b_mean = x.mean(0)
+        b_var = x.var(0, unbiased=False)
+        total = self.count + n
+        delta = b_mean - self.mean
+        frac = float(n / total)
+        self.mean += delta * frac
+        m2 = self.var * float(self.count) + b_var * n + delta.pow(2) * float(self.count) * frac
+        self.var.copy_(m2 / float(total))
+        self.count.copy_(total)
+
+    @property
+    def std(self) -> torch.Tensor:
+        return self.var.sqrt().clamp_min(max(self.std_floor, 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
+class Actor(nn.Module):
+    """Deterministic policy: MLP with ReLU hidden layers and tanh output in [-1, 1]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        self.net = mlp(obs_dim, hidden, act_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.net(obs))
+
+
+class TwinCritic(nn.Module):
+    """Two Q(s, a) MLPs evaluated together with `baddbmm`; returns shape [2, batch]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n: int = 2) -> None:
+        super().__init__()
+        dims = [obs_dim + act_dim, *hidden, 1]
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for i, o in zip(dims[:-1], dims[1:]):
+            w = torch.empty(n, i, o)
+            b = torch.empty(n, 1, o)
+            bound = 1.0 / math.sqrt(i)  # same init as nn.Linear
+            for k in range(n):
+                nn.init.kaiming_uniform_(w[k].T, a=math.sqrt(5))
+            nn.init.uniform_(b, -bound, bound)
+            self.weights.append(nn.Parameter(w))
+            self.biases.append(nn.Parameter(b))
+        self.n = n
+
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([obs, act], dim=-1).unsqueeze(0).expand(self.n, -1, -1)
+        last = len(self.weights) - 1
+        for k, (w, b) in enumerate(zip(self.weights, self.biases)):
+            x = torch.baddbmm(b, x, w)
+            if k < last:
+                x = torch.relu(x)
+        return x.squeeze(-1)
+
+
+class Discriminator(nn.Module):
+    """D(s, s') as a logit; inputs optionally normalised with statistics of expert batches."""
+
+    def __init__(self, obs_dim: int, hidden: Sequence[int], normalize: bool, std_floor: float) -> None:
+        super().__init__()
+        self.norm = RunningNorm(obs_dim, std_floor) if normalize else None
+        self.net = mlp(2 * obs_dim, hidden, 1, act=nn.Tanh)
+
+    def forward(self, s: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+        if self.norm is not None:
+            s, s2 = self.norm(s), self.norm(s2)
+        return self.net(torch.cat([s, s2], dim=-1)).squeeze(-1)
+
+
+class InverseModel(nn.Module):
+    """Deterministic P_I(s, s') -> a in [-1, 1] units (linear output), optional input normalisation."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], normalize: bool,
+                 std_floor: float) -> None:
+        super().__init__()
+        self.norm = RunningNorm(obs_dim, std_floor) if normalize else None
+        self.net = mlp(2 * obs_dim, hidden, act_dim, act=nn.Tanh)
+
+    def forward(self, s: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+        if self.norm is not None:
+            s, s2 = self.norm(s), self.norm(s2)
+        return self.net(torch.cat([s, s2], dim=-1))
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """Polyak averaging target <- (1 - tau) target + tau source, fused over all tensors."""
+    t = list(target.parameters())
+    s = list(source.parameters())
+    torch._foreach_lerp_(t, s, tau)

@@ -1,0 +1,200 @@
+"""OPOLO learner (Algorithm 1): discriminator, inverse action model, critic/policy saddle point.
+
+One `update_*` method per learned part, each taking minibatches and returning metrics (tensors, so
+the hot loop never forces a `.item()`). *When* each runs is decided by `algo.schedule`, not here.
+
+Per critic step, with the replay minibatch (s, a, s') also serving as virtual initial states s0 = s:
+  r        = -log(1 - D(s, s'))                       (current D, no gradient)
+  y        = r + gamma * mask * min_j Qtarg_j(s', pi(s'))
+  J_critic = 2 alpha (1 - gamma) E[min_j Q_j(s0, pi(s0))] + sum_j E[f*(y - Q_j(s, a))]
+and every `policy_delay` critic steps the policy ascends the same objective (plus the P_I
+regulariser), then the target critic is Polyak-averaged. There is no target policy (as in the
+authors' code).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from opolo_ros.algo import losses
+from opolo_ros.algo.base import Checkpointable, make_adam
+from opolo_ros.algo.batch import StatePairs, Transitions
+from opolo_ros.algo.config import OPOLOConfig
+from opolo_ros.algo.networks import Actor, Discriminator, InverseModel, TwinCritic, soft_update
+
+
+def done_mask(batch: Transitions, done_mode: str) -> torch.Tensor:
+    """1 where the backup bootstraps. 'ignore': always (released code); 'terminal': not at true ends.
+
+    Time-limit truncation is not a terminal state, so it bootstraps in both modes.
+    """
+    if done_mode == "ignore":
+        return torch.ones_like(batch.terminated)
+    return 1.0 - batch.terminated
+
+
+class OPOLOLearner(Checkpointable):
+    counter_names = ("critic_steps", "actor_steps", "disc_steps", "inverse_steps")
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: OPOLOConfig) -> None:
+        self.cfg = cfg
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        net = cfg.net
+        self.actor = Actor(obs_dim, act_dim, net.hidden)
+        self.critic = TwinCritic(obs_dim, act_dim, net.hidden)
+        self.critic_target = TwinCritic(obs_dim, act_dim, net.hidden)
+        self.critic_target.load_state_dict(self.critic.state_dict())
+        self.critic_target.requires_grad_(False)
+        self.disc = Discriminator(obs_dim, net.disc_hidden, cfg.normalize_disc, cfg.norm_std_floor)
+        self.inverse = InverseModel(obs_dim, act_dim, net.inverse_hidden, cfg.normalize_inverse,
+                                    cfg.norm_std_floor)
+        self.actor_opt = make_adam(self.actor.parameters(), cfg.lr)
+        self.critic_opt = make_adam(self.critic.parameters(), cfg.lr)
+        self.disc_opt = make_adam(self.disc.parameters(), cfg.disc_lr)
+        self.inverse_opt = make_adam(self.inverse.parameters(), cfg.inverse_lr)
+        self._inverse_weights = [m.weight for m in self.inverse.net if isinstance(m, torch.nn.Linear)]
+        self.critic_steps = 0
+        self.actor_steps = 0
+        self.disc_steps = 0
+        self.inverse_steps = 0
+
+    # ------------------------------------------------------------------ discriminator
+    def update_discriminator(self, policy: Transitions | StatePairs, expert: StatePairs
+                             ) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        if self.disc.norm is not None:  # statistics of expert states only (released code)
+            self.disc.norm.update(torch.cat([expert.obs, expert.next_obs]))
+        e_logits = self.disc(expert.obs, expert.next_obs)
+        p_logits = self.disc(policy.obs, policy.next_obs)
+        loss = losses.discriminator_loss(e_logits, p_logits, cfg.disc_entropy_coef)
+        if cfg.disc_gp_coef > 0:
+            eps = torch.rand(expert.obs.shape[0], 1)
+            gp = losses.gradient_penalty(self.disc, (expert.obs, expert.next_obs),
+                                         (policy.obs, policy.next_obs), eps)
+            loss = loss + cfg.disc_gp_coef * gp
+        self.disc_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.disc_opt.step()
+        self.disc_steps += 1
+        with torch.no_grad():
+            acc = 0.5 * ((e_logits > 0).float().mean() + (p_logits < 0).float().mean())
+        return {"disc/loss": loss.detach(), "disc/accuracy": acc}
+
+    # ------------------------------------------------------------------ inverse model
+    def update_inverse(self, batch: Transitions) -> dict[str, torch.Tensor]:
+        if self.inverse.norm is not None:
+            self.inverse.norm.update(torch.cat([batch.obs, batch.next_obs]))
+        pred = self.inverse(batch.obs, batch.next_obs)
+        loss = losses.inverse_model_loss(pred, batch.action, self._inverse_weights, self.cfg.inverse_l2)
+        self.inverse_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.inverse_opt.step()
+        self.inverse_steps += 1
+        return {"inverse/loss": loss.detach()}
+
+    # ------------------------------------------------------------------ critic / policy
+    @torch.no_grad()
+    def reward(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        return losses.reward_from_logits(self.disc(obs, next_obs), self.cfg.reward_eps_low,
+                                         self.cfg.reward_eps_high)
+
+    def update_critic(self, batch: Transitions) -> dict[str, torch.Tensor]:
+        return self._critic_step(batch)[0]
+
+    def _critic_step(self, batch: Transitions
+                     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Critic update; also returns (r, mask, Q(s, a)) for the policy step on the same batch."""
+        cfg = self.cfg
+        b = batch.obs.shape[0]
+        mask = done_mask(batch, cfg.done_mode)
+        with torch.no_grad():
+            r = self.reward(batch.obs, batch.next_obs)
+            # pi(s') and pi(s0) in one forward; s0 = s (virtual initial states).
+            a_pi = self.actor(torch.cat([batch.next_obs, batch.obs]))
+            next_q = self.critic_target(batch.next_obs, a_pi[:b]).min(0).values
+            target = losses.bellman_target(r, next_q, mask, cfg.gamma)
+        q = self.critic(torch.cat([batch.obs, batch.obs]), torch.cat([batch.action, a_pi[b:]]))
+        q_sa, q_init = q[:, :b], q[:, b:]
+        loss = losses.dice_critic_loss(q_sa, target, q_init, cfg.alpha, cfg.gamma, cfg.f_q)
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        self.critic_steps += 1
+        metrics = {"critic/loss": loss.detach(), "critic/q": q_sa.detach().mean(), "reward/mean": r.mean()}
+        return metrics, (r, mask, q_sa.detach())
+
+    def actor_loss(self, batch: Transitions, expert: StatePairs | None,
+                   cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Policy loss (to minimise). `cached` = (r, mask, Q(s, a)) from the critic step, else recomputed."""
+        cfg = self.cfg
+        b = batch.obs.shape[0]
+        use_reg = cfg.lam > 0 and expert is not None
+        residual_grad = cfg.residual_mode == "residual"
+        parts = [batch.obs]
+        if residual_grad:
+            parts.append(batch.next_obs)
+        if use_reg:
+            parts.append(expert.obs)
+        a_all = self.actor(torch.cat(parts))
+        n_q = 2 * b if residual_grad else b
+        q_all = self.critic(torch.cat(parts)[:n_q], a_all[:n_q])
+        q_init = q_all[:, :b]
+        residual = None
+        if residual_grad:
+            if cached is None:
+                with torch.no_grad():
+                    r = self.reward(batch.obs, batch.next_obs)
+                    q_sa = self.critic(batch.obs, batch.action)
+                cached = (r, done_mask(batch, cfg.done_mode), q_sa)
+            r, mask, q_sa = cached
+            residual = r + cfg.gamma * mask * q_all[:, b:2 * b] - q_sa
+        loss = losses.dice_actor_loss(q_init, cfg.alpha, cfg.gamma, residual, cfg.f_q, cfg.residual_clip)
+        metrics = {"actor/dice_loss": loss.detach()}
+        if use_reg:
+            with torch.no_grad():
+                a_inv = self.inverse(expert.obs, expert.next_obs)
+            reg = losses.inverse_regulariser(a_all[n_q:], a_inv, cfg.lam)
+            loss = loss + reg
+            metrics["actor/inverse_reg"] = reg.detach()
+        return loss, metrics
+
+    def update_actor(self, batch: Transitions, expert: StatePairs | None,
+                     cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+                     ) -> dict[str, torch.Tensor]:
+        self.critic.requires_grad_(False)
+        try:
+            loss, metrics = self.actor_loss(batch, expert, cached)
+            self.actor_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.actor_opt.step()
+        finally:
+            self.critic.requires_grad_(True)
+        self.actor_steps += 1
+        soft_update(self.critic_target, self.critic, self.cfg.tau)
+        return metrics
+
+    def train_step(self, batch: Transitions, expert: StatePairs | None, policy_delay: int
+                   ) -> dict[str, torch.Tensor]:
+        """One critic step, and a policy + target step every `policy_delay` critic steps.
+
+        The policy step reuses r and Q(s, a) of the critic step (values before the critic's update),
+        which saves a D and a critic forward per policy step.
+        """
+        metrics, cached = self._critic_step(batch)
+        if self.critic_steps % policy_delay == 0:
+            metrics.update(self.update_actor(batch, expert, cached))
+        return metrics
+
+    # ------------------------------------------------------------------ acting / state
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(obs)
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target,
+                "disc": self.disc, "inverse": self.inverse}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor_opt": self.actor_opt, "critic_opt": self.critic_opt,
+                "disc_opt": self.disc_opt, "inverse_opt": self.inverse_opt}

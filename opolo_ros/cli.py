@@ -1,0 +1,119 @@
+"""`opolo-ros` command: train | train-expert | evaluate | export.
+
+Every command gives a one-line error and exit status 2 on bad input (missing files, bad YAML,
+unknown keys), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides
+
+
+def _config(args: argparse.Namespace, **forced: object) -> RunConfig:
+    overrides = merge_overrides(args.set or [])
+    for key in ("seed", "total_steps", "run_dir", "env_id", "demos"):
+        value = getattr(args, key, None)
+        if value is not None:
+            overrides[key] = value
+    overrides.update(forced)
+    return load_run_config(args.config, overrides)
+
+
+def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
+    from opolo_ros.train.direct import train_direct
+
+    cfg = _config(args, algo=algo)
+    result = train_direct(cfg, resume=not args.no_resume)
+    print(f"\n{cfg.algo} on {cfg.env_id}: {result.env_steps} env steps")
+    print(f"evaluation return: {result.eval_mean:.1f} +- {result.eval_std:.1f} "
+          f"({cfg.eval_episodes} deterministic episodes)")
+    if cfg.algo == "opolo":
+        print(f"normalised score: {result.normalised:.3f} (expert {result.expert_return:.1f}, "
+              f"random {result.random_return:.1f})")
+    print(f"run folder: {result.run_dir}  (policy: {result.policy_path.name}, TensorBoard: tb/, "
+          f"evaluations: eval.csv, parameters: config.yaml)")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.envs import evaluate
+
+    policy = load_policy(args.model)
+    env_id = args.env_id or policy.metadata.env_id
+    time_feature = bool(int(policy.metadata.extra.get("time_feature", 0)))
+    returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature)
+    print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from opolo_ros.train.direct import DirectTrainer
+
+    cfg = _config(args)
+    trainer = DirectTrainer(cfg)
+    trainer.restore(Path(args.checkpoint))
+    path = trainer.export(Path(args.output))
+    print(f"exported {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="opolo-ros", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def run_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--config", help="run config YAML (see config/*.yaml)")
+        sp.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override a config value, e.g. --set schedule.batch_size=256 (repeatable)")
+        sp.add_argument("--env-id", dest="env_id")
+        sp.add_argument("--demos", help="demonstrations: rosbag2 bag, folder of bags, or .npz")
+        sp.add_argument("--seed", type=int)
+        sp.add_argument("--total-steps", dest="total_steps", type=int)
+        sp.add_argument("--run-dir", dest="run_dir")
+
+    t = sub.add_parser("train", help="train OPOLO with the direct (no-ROS) loop")
+    run_args(t)
+    t.add_argument("--no-resume", action="store_true", help="ignore a checkpoint in the run folder")
+    t.set_defaults(func=cmd_train)
+
+    te = sub.add_parser("train-expert", help="train a TD3 expert on the environment reward")
+    run_args(te)
+    te.add_argument("--no-resume", action="store_true")
+    te.set_defaults(func=lambda a: cmd_train(a, algo="td3"))
+
+    ev = sub.add_parser("evaluate", help="evaluate an ONNX policy deterministically")
+    ev.add_argument("model")
+    ev.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
+    ev.add_argument("--episodes", type=int, default=10)
+    ev.add_argument("--seed", type=int, default=10_000)
+    ev.set_defaults(func=cmd_evaluate)
+
+    ex = sub.add_parser("export", help="export the policy of a checkpoint to ONNX")
+    run_args(ex)
+    ex.add_argument("checkpoint")
+    ex.add_argument("output")
+    ex.set_defaults(func=cmd_export)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        print(f"opolo-ros {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"opolo-ros {args.command}: interrupted (the last checkpoint is kept)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""State-only expert demonstrations: typed episodes, validation, (s, s') sampling, .npz storage.
+
+An episode is the state sequence obs[0..T] of one expert run (T + 1 rows, no actions). Bag files
+(rosbag2) are read by `data.bags`; this module is the in-memory form and a compact .npz form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from opolo_ros.algo.batch import StatePairs
+
+
+@dataclass
+class Episode:
+    obs: np.ndarray  # [T + 1, obs_dim] float32
+    ret: float = float("nan")  # environment return of the expert run, if known
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.obs = np.asarray(self.obs, dtype=np.float32)
+        if self.obs.ndim != 2 or self.obs.shape[0] < 2:
+            raise ValueError(f"an episode needs obs of shape [T+1 >= 2, obs_dim], got {self.obs.shape}")
+        if not np.all(np.isfinite(self.obs)):
+            raise ValueError("episode observations contain NaN or inf")
+
+
+def save_npz(path: str | Path, episodes: list[Episode], **meta: str) -> None:
+    arrays = {f"obs_{k}": ep.obs for k, ep in enumerate(episodes)}
+    arrays["returns"] = np.asarray([ep.ret for ep in episodes], dtype=np.float64)
+    np.savez_compressed(path, **arrays, **{f"meta_{k}": np.asarray(v) for k, v in meta.items()})
+
+
+def load_npz(path: str | Path) -> list[Episode]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"demonstration file not found: {path}")
+    with np.load(path) as data:
+        n = sum(1 for k in data.files if k.startswith("obs_"))
+        if n == 0:
+            raise ValueError(f"{path} holds no episodes (no obs_<k> arrays)")
+        returns = data["returns"] if "returns" in data.files else np.full(n, np.nan)
+        return [Episode(data[f"obs_{k}"], float(returns[k])) for k in range(n)]
+
+
+class ExpertDataset:
+    """All (s, s') pairs of the expert episodes, sampled uniformly with its own generator."""
+
+    def __init__(self, episodes: list[Episode], obs_dim: int, seed: int = 0) -> None:
+        if not episodes:
+            raise ValueError("no expert episodes given")
+        for k, ep in enumerate(episodes):
+            if ep.obs.shape[1] != obs_dim:
+                raise ValueError(f"expert episode {k} has obs_dim {ep.obs.shape[1]}, "
+                                 f"the environment has {obs_dim}")
+        self.episodes = episodes
+        self.obs = torch.from_numpy(np.concatenate([ep.obs[:-1] for ep in episodes]))
+        self.next_obs = torch.from_numpy(np.concatenate([ep.obs[1:] for ep in episodes]))
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.obs.shape[0]
+
+    def sample(self, batch_size: int) -> StatePairs:
+        idx = torch.randint(len(self), (batch_size,), generator=self.generator)
+        return StatePairs(self.obs[idx], self.next_obs[idx])
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
+
+def load_episodes(path: str | Path) -> list[Episode]:
+    """State-only episodes from a .npz file (rosbag2 bags and folders: see `data.bags`)."""
+    path = Path(path)
+    if path.suffix == ".npz":
+        return load_npz(path)
+    from opolo_ros.data.bags import read_demonstrations  # rosbags is only needed for bags
+
+    return read_demonstrations(path)

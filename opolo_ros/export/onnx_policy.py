@@ -1,0 +1,360 @@
+"""ONNX policy contract: export a learned actor to a self-contained model, and load one for inference.
+
+The exported graph maps `obs` float32 [batch, obs_dim] to `action` float32 [batch, act_dim] in the
+environment's own units: observation normalisation, the actor and the rescaling from [-1, 1] to the
+action bounds are all inside it, so a robot needs only onnxruntime and numpy to run it. The model
+carries its metadata (dims, bounds, env id, training step, version, source) as ONNX `metadata_props`.
+
+Loading uses onnxruntime alone (torch and onnx are imported lazily by the exporter), so the actor node
+on a robot does not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnxruntime as ort
+
+from opolo_ros import __version__
+
+if TYPE_CHECKING:
+    import torch
+
+INPUT_NAME = "obs"
+OUTPUT_NAME = "action"
+OPSET = 17
+# Keys written by the exporter and required by the loader.
+REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "training_step", "version",
+                 "source")
+# ORT and PyTorch use different kernels (GEMM blocking, tanh approximation): agree to this tolerance.
+VERIFY_TOL = 1e-5
+
+
+class PolicyLoadError(ValueError):
+    """A policy model cannot be used: missing, not ONNX, no metadata, or not matching the expected dims."""
+
+
+class PolicyExportError(RuntimeError):
+    """The exported graph does not reproduce the PyTorch policy."""
+
+
+@dataclass(frozen=True)
+class PolicyMetadata:
+    """What a policy model says about itself; stored as string `metadata_props` in the ONNX file."""
+
+    env_id: str
+    obs_dim: int
+    act_dim: int
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    training_step: int = 0
+    version: int = 0
+    source: str = "opolo_ros"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def to_props(self) -> dict[str, str]:
+        props = {
+            "env_id": self.env_id,
+            "obs_dim": str(self.obs_dim),
+            "act_dim": str(self.act_dim),
+            "action_low": json.dumps(list(self.action_low)),
+            "action_high": json.dumps(list(self.action_high)),
+            "training_step": str(self.training_step),
+            "version": str(self.version),
+            "source": self.source,
+        }
+        props.update(self.extra)
+        return props
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str], origin: str = "model") -> PolicyMetadata:
+        """Parse and check `metadata_props`; raise PolicyLoadError naming `origin` on any problem."""
+        missing = [k for k in REQUIRED_KEYS if k not in props]
+        if missing:
+            raise PolicyLoadError(f"{origin}: missing policy metadata {', '.join(missing)} "
+                                  "(not exported by opolo_ros.export?)")
+        try:
+            low = tuple(float(v) for v in json.loads(props["action_low"]))
+            high = tuple(float(v) for v in json.loads(props["action_high"]))
+            meta = cls(
+                env_id=props["env_id"],
+                obs_dim=int(props["obs_dim"]),
+                act_dim=int(props["act_dim"]),
+                action_low=low,
+                action_high=high,
+                training_step=int(props["training_step"]),
+                version=int(props["version"]),
+                source=props["source"],
+                extra={k: v for k, v in props.items() if k not in REQUIRED_KEYS},
+            )
+        except (TypeError, ValueError) as exc:
+            raise PolicyLoadError(f"{origin}: malformed policy metadata ({exc})") from None
+        if meta.obs_dim <= 0 or meta.act_dim <= 0:
+            raise PolicyLoadError(f"{origin}: metadata dims must be positive, got obs_dim={meta.obs_dim} "
+                                  f"act_dim={meta.act_dim}")
+        if len(low) != meta.act_dim or len(high) != meta.act_dim:
+            raise PolicyLoadError(f"{origin}: metadata action bounds have {len(low)}/{len(high)} entries, "
+                                  f"act_dim is {meta.act_dim}")
+        return meta
+
+
+class OnnxPolicy:
+    """An onnxruntime session for one policy model, built once and checked against its metadata.
+
+    Single-threaded and sequential by default: a control loop wants low, steady latency, not throughput,
+    and must not compete with the learner for cores. Spinning threads are off unless asked for.
+    """
+
+    def __init__(self, model: bytes, *, origin: str = "<bytes>", expected_obs_dim: int | None = None,
+                 expected_act_dim: int | None = None, allow_spinning: bool = False) -> None:
+        self._bytes = bytes(model)
+        self.origin = origin
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        spin = "1" if allow_spinning else "0"
+        opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+        opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        try:
+            session = ort.InferenceSession(self._bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types for every kind of bad input
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PolicyLoadError(f"{origin}: not a valid ONNX model ({detail})") from None
+        self.metadata = PolicyMetadata.from_props(session.get_modelmeta().custom_metadata_map, origin)
+        self._check_signature(session, expected_obs_dim, expected_act_dim)
+        self._session = session
+        self._run = session.run
+        self._outputs = [OUTPUT_NAME]
+        self._obs_dim = self.metadata.obs_dim
+
+    def _check_signature(self, session: ort.InferenceSession, expected_obs_dim: int | None,
+                         expected_act_dim: int | None) -> None:
+        meta, origin = self.metadata, self.origin
+        if expected_obs_dim is not None and meta.obs_dim != expected_obs_dim:
+            raise PolicyLoadError(f"{origin}: policy obs_dim is {meta.obs_dim}, expected {expected_obs_dim} "
+                                  f"(env {meta.env_id!r})")
+        if expected_act_dim is not None and meta.act_dim != expected_act_dim:
+            raise PolicyLoadError(f"{origin}: policy act_dim is {meta.act_dim}, expected {expected_act_dim} "
+                                  f"(env {meta.env_id!r})")
+        inputs, outputs = session.get_inputs(), session.get_outputs()
+        if [i.name for i in inputs] != [INPUT_NAME] or OUTPUT_NAME not in [o.name for o in outputs]:
+            raise PolicyLoadError(f"{origin}: graph must have one input {INPUT_NAME!r} and an output "
+                                  f"{OUTPUT_NAME!r}, has inputs {[i.name for i in inputs]} and outputs "
+                                  f"{[o.name for o in outputs]}")
+        out = next(o for o in outputs if o.name == OUTPUT_NAME)
+        for arg, dim, what in ((inputs[0], meta.obs_dim, "obs_dim"), (out, meta.act_dim, "act_dim")):
+            if arg.type != "tensor(float)":
+                raise PolicyLoadError(f"{origin}: {arg.name!r} must be float32, is {arg.type}")
+            shape = list(arg.shape)
+            if len(shape) != 2 or isinstance(shape[0], int) or shape[1] != dim:
+                raise PolicyLoadError(f"{origin}: {arg.name!r} has shape {shape}, expected "
+                                      f"[batch, {dim}] with a dynamic batch ({what} from metadata)")
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for `obs` of shape [obs_dim] (returns [act_dim]) or [B, obs_dim] (returns [B, act_dim])."""
+        x = obs
+        if type(x) is not np.ndarray or x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim == 1:
+            if x.shape[0] != self._obs_dim:
+                raise ValueError(f"observation has {x.shape[0]} values, policy expects {self._obs_dim}")
+            return self._run(self._outputs, {INPUT_NAME: x[None]})[0][0]
+        if x.ndim != 2 or x.shape[1] != self._obs_dim:
+            raise ValueError(f"observation batch has shape {x.shape}, policy expects [B, {self._obs_dim}]")
+        return self._run(self._outputs, {INPUT_NAME: x})[0]
+
+    def warmup(self, n: int = 10) -> None:
+        """Run `n` inferences so allocations and lazy initialisation happen before the control loop."""
+        zeros = np.zeros((1, self._obs_dim), np.float32)
+        for _ in range(n):
+            self._run(self._outputs, {INPUT_NAME: zeros})
+
+    def to_bytes(self) -> bytes:
+        """The serialized model, e.g. to publish it on the policy topic."""
+        return self._bytes
+
+
+def load_policy(source: str | os.PathLike[str] | bytes | bytearray | memoryview, *,
+                expected_obs_dim: int | None = None, expected_act_dim: int | None = None,
+                allow_spinning: bool = False) -> OnnxPolicy:
+    """Load a policy from a file path or from model bytes (any buffer, e.g. a ROS uint8[] array)."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise PolicyLoadError(f"{path}: policy file not found") from None
+        except OSError as exc:
+            raise PolicyLoadError(f"{path}: cannot read policy file ({exc.strerror})") from None
+        origin = str(path)
+    else:
+        data, origin = bytes(memoryview(source)), "<bytes>"
+    if not data:
+        raise PolicyLoadError(f"{origin}: empty policy model")
+    return OnnxPolicy(data, origin=origin, expected_obs_dim=expected_obs_dim,
+                      expected_act_dim=expected_act_dim, allow_spinning=allow_spinning)
+
+
+def _bounds(value: float | Sequence[float] | np.ndarray, act_dim: int, name: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(act_dim, float(arr))
+    if arr.shape != (act_dim,):
+        raise ValueError(f"{name} has shape {arr.shape}, expected a scalar or ({act_dim},)")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, got {arr.tolist()}")
+    return arr.astype(np.float32)
+
+
+def _policy_graph(actor: torch.nn.Module, obs_norm: torch.nn.Module | None, low: np.ndarray,
+                  high: np.ndarray) -> torch.nn.Module:
+    """normaliser -> actor -> rescale as one CPU module in eval mode; copies, so training is untouched."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    class ExportedPolicy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.obs_norm = copy.deepcopy(obs_norm).cpu() if obs_norm is not None else None
+            self.actor = copy.deepcopy(actor).cpu()
+            self.register_buffer("low", torch.as_tensor(low))
+            self.register_buffer("high", torch.as_tensor(high))
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            if self.obs_norm is not None:
+                obs = self.obs_norm(obs)
+            a = self.actor(obs)
+            # low + (a + 1) / 2 * (high - low), written as a blend so that a saturated tanh (a = +-1)
+            # gives exactly high or low in float32.
+            return 0.5 * ((1.0 - a) * self.low + (1.0 + a) * self.high)
+
+    return ExportedPolicy().float().eval()
+
+
+def _verification_inputs(obs_dim: int, rng: np.random.Generator) -> np.ndarray:
+    """Typical, large and huge observations: the last rows saturate tanh to hit the action bounds."""
+    return np.concatenate([
+        rng.standard_normal((16, obs_dim)),
+        10.0 * rng.standard_normal((8, obs_dim)),
+        1e4 * np.sign(rng.standard_normal((4, obs_dim))),
+        np.zeros((1, obs_dim)),
+    ]).astype(np.float32)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: readers see the old or the new model only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def export_policy(actor: torch.nn.Module, path: str | os.PathLike[str], *,
+                  action_low: float | Sequence[float] | np.ndarray,
+                  action_high: float | Sequence[float] | np.ndarray,
+                  obs_norm: torch.nn.Module | None = None, metadata: Mapping[str, Any],
+                  verify: bool = True) -> Path:
+    """Export `actor` (obs -> [-1, 1] actions, with `obs_dim`/`act_dim` attributes) to an ONNX file.
+
+    `metadata` must name `env_id` and may give `training_step`, `version`, `source` and any extra keys
+    (stored as strings; non-strings as JSON). The dims and bounds are taken from the actor and the
+    arguments. With `verify`, onnxruntime's output is checked against PyTorch's before the file is
+    written, so a failed export never replaces a good model.
+    """
+    import onnx
+    import torch
+
+    obs_dim, act_dim = int(actor.obs_dim), int(actor.act_dim)
+    low = _bounds(action_low, act_dim, "action_low")
+    high = _bounds(action_high, act_dim, "action_high")
+    if not np.all(low < high):
+        raise ValueError(f"action_low must be below action_high, got {low.tolist()} and {high.tolist()}")
+    meta = _metadata(metadata, obs_dim, act_dim, low, high)
+
+    graph = _policy_graph(actor, obs_norm, low, high)
+    example = torch.zeros(2, obs_dim)
+    with torch.no_grad():
+        out_shape = tuple(graph(example).shape)
+    if out_shape != (2, act_dim):
+        raise ValueError(f"policy maps [2, {obs_dim}] to {list(out_shape)}, expected [2, {act_dim}]")
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        # The TorchScript exporter is deprecated in favour of the dynamo one, which needs onnxscript;
+        # for a plain MLP both give the same graph, and this one has no extra dependency.
+        warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export.*")
+        warnings.filterwarnings("ignore", message=".*feature will be removed.*", category=DeprecationWarning)
+        torch.onnx.export(
+            graph, (example,), buf, dynamo=False, opset_version=OPSET, input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME], dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            do_constant_folding=True,
+        )
+    model = onnx.load_from_string(buf.getvalue())
+    model.producer_name, model.producer_version = "opolo_ros", __version__
+    model.doc_string = (f"opolo_ros policy for {meta.env_id}: "
+                        f"obs [batch, {obs_dim}] -> action [batch, {act_dim}]")
+    onnx.helper.set_model_props(model, meta.to_props())
+    onnx.checker.check_model(model)
+    data = model.SerializeToString()
+
+    if verify:
+        policy = OnnxPolicy(data, origin=str(path), expected_obs_dim=obs_dim, expected_act_dim=act_dim)
+        x = _verification_inputs(obs_dim, np.random.default_rng(0))
+        with torch.no_grad():
+            expected = graph(torch.from_numpy(x)).numpy()
+        got = policy(x)
+        err = float(np.max(np.abs(got - expected)))
+        if not np.allclose(got, expected, rtol=VERIFY_TOL, atol=VERIFY_TOL):
+            raise PolicyExportError(f"ONNX policy for {path} differs from PyTorch by up to {err:.3g} "
+                                    f"(tolerance {VERIFY_TOL})")
+
+    out = Path(path)
+    _write_atomic(out, data)
+    return out
+
+
+def _metadata(metadata: Mapping[str, Any], obs_dim: int, act_dim: int, low: np.ndarray,
+              high: np.ndarray) -> PolicyMetadata:
+    """Contract metadata from the caller's keys; dims and bounds come from the policy itself."""
+    if "env_id" not in metadata:
+        raise ValueError("metadata must contain 'env_id'")
+    derived = {"obs_dim": obs_dim, "act_dim": act_dim, "action_low": low, "action_high": high}
+    for key, value in derived.items():
+        if key in metadata and not np.array_equal(np.asarray(metadata[key], dtype=np.float32), value):
+            raise ValueError(f"metadata {key}={metadata[key]!r} contradicts the exported policy ({value!r})")
+    for key in metadata:
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys must be strings, got {key!r}")
+    return PolicyMetadata(
+        env_id=str(metadata["env_id"]),
+        obs_dim=obs_dim,
+        act_dim=act_dim,
+        action_low=tuple(float(v) for v in low),
+        action_high=tuple(float(v) for v in high),
+        training_step=int(metadata.get("training_step", 0)),
+        version=int(metadata.get("version", 0)),
+        source=str(metadata.get("source", "opolo_ros")),
+        extra={k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()
+               if k not in REQUIRED_KEYS},
+    )

@@ -1,0 +1,140 @@
+"""Gymnasium MuJoCo environments as the learner sees them: time feature, action scaling, evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+
+
+class TimeFeature(gym.ObservationWrapper):
+    """Append 1 - t / max_steps to the observation (released code, all tasks but the pendulums).
+
+    It tells the critic how much of the time limit is left, so time-limit truncation is not aliased
+    with a true terminal state.
+    """
+
+    def __init__(self, env: gym.Env, max_steps: int | None = None) -> None:
+        super().__init__(env)
+        self.max_steps = max_steps or env.spec.max_episode_steps or 1000
+        low = np.append(env.observation_space.low, 0.0).astype(np.float32)
+        high = np.append(env.observation_space.high, 1.0).astype(np.float32)
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
+        self._t = 0
+
+    def reset(self, **kwargs):  # type: ignore[override]
+        self._t = 0
+        return super().reset(**kwargs)
+
+    def step(self, action):  # type: ignore[override]
+        self._t += 1
+        return super().step(action)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.append(observation, 1.0 - self._t / self.max_steps).astype(np.float32)
+
+
+def add_time_feature(episode_obs: np.ndarray, max_steps: int) -> np.ndarray:
+    """The time feature for a recorded state sequence obs[0..T] (row t gets 1 - t / max_steps)."""
+    t = np.arange(episode_obs.shape[0], dtype=np.float32)
+    return np.concatenate([episode_obs, (1.0 - t / max_steps)[:, None]], axis=1).astype(np.float32)
+
+
+def make_env(env_id: str, seed: int | None = None, time_feature: bool = False, **kwargs) -> gym.Env:
+    """Create a Gymnasium env by id, with a clear error for an unknown id."""
+    try:
+        env = gym.make(env_id, **kwargs)
+    except gym.error.Error as exc:
+        raise ValueError(f"cannot create environment '{env_id}': {exc}") from exc
+    if not isinstance(env.action_space, gym.spaces.Box):
+        raise ValueError(f"environment '{env_id}' has a non-continuous action space")
+    if time_feature:
+        env = TimeFeature(env)
+    if seed is not None:
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    return env
+
+
+class ActionScaler:
+    """Map policy actions in [-1, 1] to the environment's bounds and back."""
+
+    def __init__(self, low: np.ndarray, high: np.ndarray) -> None:
+        self.low = np.asarray(low, dtype=np.float32)
+        self.high = np.asarray(high, dtype=np.float32)
+        if not (np.all(np.isfinite(self.low)) and np.all(np.isfinite(self.high))):
+            raise ValueError("action bounds must be finite")
+
+    @classmethod
+    def from_space(cls, space: gym.spaces.Box) -> ActionScaler:
+        return cls(space.low, space.high)
+
+    def to_env(self, a: np.ndarray) -> np.ndarray:
+        return self.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
+
+    def to_unit(self, a: np.ndarray) -> np.ndarray:
+        return 2.0 * (np.asarray(a, dtype=np.float32) - self.low) / (self.high - self.low) - 1.0
+
+
+def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int = 10,
+             seed: int = 10_000, time_feature: bool = False) -> np.ndarray:
+    """Deterministic evaluation: returns of `episodes` episodes; `policy` maps obs -> env-unit action."""
+    env = make_env(env_id, time_feature=time_feature)
+    returns = []
+    try:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=seed + k)
+            done, total = False, 0.0
+            while not done:
+                obs, r, term, trunc, _ = env.step(policy(obs))
+                total += float(r)
+                done = term or trunc
+            returns.append(total)
+    finally:
+        env.close()
+    return np.asarray(returns)
+
+
+def random_policy_return(env_id: str, episodes: int = 10, seed: int = 20_000) -> float:
+    """Mean return of uniform random actions: R_random of the normalised score."""
+    env = make_env(env_id)
+    space = env.action_space
+    space.seed(seed)
+    env.close()
+    return float(evaluate(lambda _obs: space.sample(), env_id, episodes, seed).mean())
+
+
+def normalised_score(ret: float, random_ret: float, expert_ret: float) -> float:
+    """(R - R_random) / (R_expert - R_random)."""
+    return (ret - random_ret) / (expert_ret - random_ret)
+
+
+def get_env_state(env: gym.Env) -> dict:
+    """Physics and wrapper state of a MuJoCo env, so a resumed run continues the same episode."""
+    base = env.unwrapped
+    state: dict = {"np_random": base.np_random.bit_generator.state}
+    if hasattr(base, "data"):
+        state.update(qpos=base.data.qpos.copy(), qvel=base.data.qvel.copy(), time=float(base.data.time))
+    e = env
+    while isinstance(e, gym.Wrapper):
+        for attr in ("_elapsed_steps", "_t"):
+            if hasattr(e, attr):
+                state[f"{type(e).__name__}.{attr}"] = getattr(e, attr)
+        e = e.env
+    return state
+
+
+def set_env_state(env: gym.Env, state: dict) -> None:
+    base = env.unwrapped
+    base.np_random.bit_generator.state = state["np_random"]
+    if "qpos" in state:
+        base.set_state(state["qpos"], state["qvel"])
+        base.data.time = state["time"]
+    e = env
+    while isinstance(e, gym.Wrapper):
+        for attr in ("_elapsed_steps", "_t"):
+            key = f"{type(e).__name__}.{attr}"
+            if key in state:
+                setattr(e, attr, state[key])
+        e = e.env

@@ -1,0 +1,238 @@
+"""The direct (no-ROS) training loop: env -> actor -> replay -> learner.
+
+It is the yardstick the ROS graph is held to. Seedable (one seed sets Python, NumPy, torch and the
+env), resumable from the run folder's checkpoint (learner, optimisers, normalisers, replay, RNGs and
+the env's physics state), with a progress bar, TensorBoard scalars and a final evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from tqdm import tqdm
+
+from opolo_ros.algo.config import RunConfig, to_dict
+from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes
+from opolo_ros.data.replay import ReplayBuffer
+from opolo_ros.export.onnx_policy import export_policy
+from opolo_ros.sim.envs import (
+    ActionScaler,
+    add_time_feature,
+    evaluate,
+    get_env_state,
+    make_env,
+    normalised_score,
+    random_policy_return,
+    set_env_state,
+)
+from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
+from opolo_ros.train.logger import RunLogger
+from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    env_steps: int
+    eval_mean: float
+    eval_std: float
+    normalised: float
+    expert_return: float
+    random_return: float
+    policy_path: Path
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def prepare_demos(cfg: RunConfig, max_steps: int) -> list[Episode]:
+    """Load `num_demos` state-only episodes, with the time feature appended when the run uses it."""
+    if not cfg.demos:
+        raise ValueError("algo 'opolo' needs demonstrations: set 'demos' to a bag, folder or .npz")
+    episodes = load_episodes(cfg.demos)[: cfg.num_demos]
+    if cfg.time_feature:
+        episodes = [Episode(add_time_feature(ep.obs, max_steps), ep.ret, ep.meta) for ep in episodes]
+    return episodes
+
+
+class PolicyFn:
+    """Deterministic env-unit policy for evaluation, from the learner's actor."""
+
+    def __init__(self, actor: torch.nn.Module, scaler: ActionScaler) -> None:
+        self.actor, self.scaler = actor, scaler
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            a = self.actor(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))[0].numpy()
+        return self.scaler.to_env(a)
+
+
+class DirectTrainer:
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        if cfg.torch_threads > 0:
+            torch.set_num_threads(cfg.torch_threads)
+        seed_everything(cfg.seed)
+        self.run_dir = Path(cfg.run_dir)
+        self.env = make_env(cfg.env_id, seed=cfg.seed, time_feature=cfg.time_feature)
+        obs_dim = self.env.observation_space.shape[0]
+        act_dim = self.env.action_space.shape[0]
+        self.max_steps = self.env.spec.max_episode_steps or 1000
+        self.scaler = ActionScaler.from_space(self.env.action_space)
+        self.demos = prepare_demos(cfg, self.max_steps) if cfg.algo == "opolo" else []
+        experts = ExpertDataset(self.demos, obs_dim, seed=cfg.seed + 1) if self.demos else None
+        self.learner = make_learner(cfg, obs_dim, act_dim)
+        self.schedule = make_schedule(cfg)
+        replay = ReplayBuffer(obs_dim, act_dim, min(cfg.schedule.buffer_size, max(cfg.total_steps, 1)),
+                              seed=cfg.seed + 2)
+        self.runner = UpdateRunner(self.learner, self.schedule, replay, experts)
+        self.rng = np.random.default_rng(cfg.seed + 3)
+        self.policy = PolicyFn(self.learner.actor, self.scaler)
+        self.step = 0
+        self.episode_return, self.episode_len, self.episodes_done = 0.0, 0, 0
+        self.obs, _ = self.env.reset(seed=cfg.seed)
+        self.expert_return = float(np.nanmean([ep.ret for ep in self.demos])) if self.demos else math.nan
+        self.random_return = math.nan
+        self.wall_offset = 0.0
+        self._t0 = time.perf_counter()
+        self._last_eval, self._last_eval_step = (math.nan, math.nan), -1
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoint.pt"
+
+    def save(self) -> None:
+        save_checkpoint(self.checkpoint_path, {
+            "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
+            "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+            "env": get_env_state(self.env), "obs": self.obs,
+            "episode": (self.episode_return, self.episode_len, self.episodes_done),
+            "random_return": self.random_return, "wall": self.wall_offset + self._elapsed(),
+        })
+
+    def restore(self, path: Path | None = None) -> None:
+        state = load_checkpoint(path or self.checkpoint_path)
+        if state["config"]["env_id"] != self.cfg.env_id or state["config"]["algo"] != self.cfg.algo:
+            raise ValueError(f"checkpoint is for {state['config']['algo']} on {state['config']['env_id']}, "
+                             f"not {self.cfg.algo} on {self.cfg.env_id}")
+        self.step = state["step"]
+        self.runner.load_state_dict(state["runner"])
+        self.rng.bit_generator.state = state["rng"]
+        torch.set_rng_state(state["torch_rng"])
+        set_env_state(self.env, state["env"])
+        self.obs = state["obs"]
+        self.episode_return, self.episode_len, self.episodes_done = state["episode"]
+        self.random_return = state["random_return"]
+        self.wall_offset = state["wall"]
+
+    # ------------------------------------------------------------------ loop
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._t0
+
+    def select_action(self) -> np.ndarray:
+        """Action in [-1, 1]: uniform during warm-up, else pi(s) + N(0, sigma), clipped."""
+        act_dim = self.learner.act_dim
+        if self.schedule.random_action(self.step):
+            return self.rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
+        with torch.no_grad():
+            a = self.learner.actor(torch.as_tensor(self.obs, dtype=torch.float32).unsqueeze(0))[0].numpy()
+        noise = self.rng.normal(0.0, self.cfg.schedule.exploration_noise, act_dim)
+        return np.clip(a + noise, -1.0, 1.0).astype(np.float32)
+
+    def env_step(self) -> dict[str, torch.Tensor]:
+        action = self.select_action()
+        next_obs, reward, term, trunc, _ = self.env.step(self.scaler.to_env(action))
+        self.runner.replay.add(self.obs, action, next_obs, reward, term, trunc)
+        self.step += 1
+        self.episode_return += float(reward)
+        self.episode_len += 1
+        self.obs = next_obs
+        metrics = self.runner.run(self.schedule.plan(self.step))
+        if term or trunc:
+            metrics["train/episode_return"] = torch.tensor(self.episode_return)
+            metrics["train/episode_length"] = torch.tensor(float(self.episode_len))
+            self.episodes_done += 1
+            self.episode_return, self.episode_len = 0.0, 0
+            self.obs, _ = self.env.reset()
+        return metrics
+
+    def evaluate(self, episodes: int) -> tuple[float, float]:
+        returns = evaluate(self.policy, self.cfg.env_id, episodes, seed=10_000 + self.cfg.seed,
+                           time_feature=self.cfg.time_feature)
+        return float(returns.mean()), float(returns.std())
+
+    def export(self, path: Path) -> Path:
+        return export_policy(self.learner.actor, path, action_low=self.scaler.low,
+                             action_high=self.scaler.high,
+                             metadata={"env_id": self.cfg.env_id, "training_step": self.step,
+                                       "version": self.step, "source": f"opolo_ros direct {self.cfg.algo}",
+                                       "time_feature": int(self.cfg.time_feature)})
+
+    def train(self, resume: bool = True) -> TrainResult:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        if resume and self.checkpoint_path.is_file():
+            self.restore()
+        if math.isnan(self.random_return):
+            self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
+        logger = RunLogger(self.run_dir)
+        self._t0 = time.perf_counter()
+        bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
+                   desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
+        last_log, last_log_t, last_ret = self.step, time.perf_counter(), math.nan
+        try:
+            while self.step < cfg.total_steps:
+                metrics = self.env_step()
+                bar.update(1)
+                if "train/episode_return" in metrics:
+                    last_ret = float(metrics["train/episode_return"])
+                    logger.scalars(self.step, {k: metrics.pop(k) for k in
+                                               ("train/episode_return", "train/episode_length")})
+                if self.step - last_log >= 1000 or self.step == cfg.total_steps:
+                    now = time.perf_counter()
+                    sps = (self.step - last_log) / max(now - last_log_t, 1e-9)
+                    logger.scalars(self.step, {**metrics, "perf/steps_per_sec": sps})
+                    last_log, last_log_t = self.step, now
+                    bar.set_postfix(ret=f"{last_ret:.0f}", sps=f"{sps:.0f}")
+                if cfg.eval_every and self.step % cfg.eval_every == 0:
+                    self._log_eval(logger, bar)
+                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                    self.save()
+                if cfg.export_every and self.step % cfg.export_every == 0:
+                    self.export(self.run_dir / "policy.onnx")
+        finally:
+            bar.close()
+        mean, std = self._last_eval if self._last_eval_step == self.step else self._log_eval(logger, None)
+        self.save()
+        policy_path = self.export(self.run_dir / "policy.onnx")
+        logger.close()
+        return TrainResult(self.run_dir, self.step, mean, std,
+                           normalised_score(mean, self.random_return, self.expert_return),
+                           self.expert_return, self.random_return, policy_path)
+
+    def _log_eval(self, logger: RunLogger, bar: tqdm | None) -> tuple[float, float]:
+        mean, std = self.evaluate(self.cfg.eval_episodes)
+        norm = normalised_score(mean, self.random_return, self.expert_return)
+        logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
+        logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,
+                           "normalised": norm, "wall_s": self.wall_offset + self._elapsed()})
+        if bar is not None:
+            bar.write(f"step {self.step}: eval return {mean:.1f} +- {std:.1f} (normalised {norm:.3f})")
+        self._last_eval, self._last_eval_step = (mean, std), self.step
+        return mean, std
+
+
+def train_direct(cfg: RunConfig, resume: bool = True) -> TrainResult:
+    return DirectTrainer(cfg).train(resume=resume)

@@ -1,0 +1,51 @@
+"""TensorBoard scalars plus a CSV of evaluations (for plots and BENCHMARKS.md tables)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import torch
+
+
+class RunLogger:
+    EVAL_FIELDS = ("env_step", "return_mean", "return_std", "normalised", "wall_s")
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.run_dir / "tb"))
+        self.eval_csv = self.run_dir / "eval.csv"
+
+    def scalars(self, step: int, values: dict[str, float | torch.Tensor]) -> None:
+        if self.writer is None:
+            return
+        for k, v in values.items():
+            self.writer.add_scalar(k, float(v), step)
+
+    def evaluation(self, row: dict[str, float]) -> None:
+        """Append one evaluation row; rows past `env_step` (left by a crashed run) are dropped first."""
+        rows = self.read_evaluations(self.eval_csv)
+        rows = [r for r in rows if r["env_step"] < row["env_step"]] + [row]
+        with open(self.eval_csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.EVAL_FIELDS)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: r.get(k, "") for k in self.EVAL_FIELDS})
+
+    @staticmethod
+    def read_evaluations(path: str | Path) -> list[dict[str, float]]:
+        path = Path(path)
+        if not path.is_file():
+            return []
+        with open(path) as f:
+            return [{k: float(v) if v not in ("", None) else float("nan") for k, v in r.items()}
+                    for r in csv.DictReader(f)]
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

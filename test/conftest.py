@@ -1,0 +1,82 @@
+"""Shared pytest fixtures for tests that talk over real DDS (marked ``ros``).
+
+Nothing here imports rclpy at module level, so test modules that need no ROS still run where ROS
+is not installed; the ROS fixtures skip instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "ros: talks over real DDS (rclpy, isolated ROS_DOMAIN_ID)")
+    # rclpy's message introspection imports rosidl_parser -> lark, which imports sre_parse.
+    config.addinivalue_line("filterwarnings", "ignore:module 'sre_:DeprecationWarning:lark")
+
+
+@pytest.fixture(scope="session")
+def ros_domain_id() -> Iterator[int]:
+    """An isolated domain id, exported (with localhost-only discovery) before any rclpy init.
+
+    Exported through ``os.environ`` so subprocess publishers and code that calls plain
+    ``rclpy.init()`` join the same domain; restored afterwards.
+    """
+    pytest.importorskip("rclpy")
+    from opolo_ros.ros import runtime
+
+    domain_id = runtime.isolated_domain_id()
+    keys = [runtime.DOMAIN_ID_ENV, *runtime.LOCAL_DDS_ENV]
+    saved = {key: os.environ.get(key) for key in keys}
+    os.environ[runtime.DOMAIN_ID_ENV] = str(domain_id)
+    runtime.apply_local_dds_env(os.environ, overwrite=True)
+    try:
+        yield domain_id
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def ros_node(ros_domain_id: int) -> Iterator[Callable[[str], tuple]]:
+    """Factory ``ros_node(name) -> (node, executor)``, each node in its own isolated context.
+
+    Separate contexts mean separate DDS participants, as for nodes in separate processes.
+    Every node, executor and context is shut down when the test ends, also on failure.
+    """
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+
+    from opolo_ros.ros import runtime
+
+    made: list[tuple] = []
+
+    def make(name: str) -> tuple:
+        context = runtime.init_context(ros_domain_id, args=[])
+        try:
+            node = Node(name, context=context)
+            executor = SingleThreadedExecutor(context=context)
+            executor.add_node(node)
+        except BaseException:
+            runtime.shutdown(context)
+            raise
+        made.append((context, node, executor))
+        return node, executor
+
+    try:
+        yield make
+    finally:
+        errors = []
+        for context, node, executor in reversed(made):
+            try:
+                runtime.shutdown(context, [node], [executor])
+            except Exception as err:
+                errors.append(err)
+        if errors:
+            raise errors[0]

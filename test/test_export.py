@@ -1,0 +1,193 @@
+"""ONNX export and loading: equals PyTorch, exact bounds, metadata travels, bad models fail clearly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from opolo_ros.algo.networks import Actor, RunningNorm
+from opolo_ros.export import onnx_policy
+from opolo_ros.export.onnx_policy import (
+    OnnxPolicy,
+    PolicyExportError,
+    PolicyLoadError,
+    export_policy,
+    load_policy,
+)
+
+OBS_DIM, ACT_DIM = 5, 3
+LOW = np.array([-1.0, -2.5, 0.0], np.float32)
+HIGH = np.array([1.0, 0.5, 0.4], np.float32)
+META = {"env_id": "Hopper-v5", "training_step": 12345, "version": 7, "source": "test", "seed": 3,
+        "run": "runs/x"}
+
+
+def reference(actor: Actor, norm: RunningNorm | None, obs: np.ndarray) -> np.ndarray:
+    """The policy as the learner sees it, then scaled to the bounds: what the ONNX graph must compute."""
+    with torch.no_grad():
+        x = torch.from_numpy(obs)
+        a = actor(norm(x) if norm is not None else x).numpy().astype(np.float64)
+    return LOW + (a + 1.0) / 2.0 * (HIGH.astype(np.float64) - LOW)
+
+
+@pytest.fixture(scope="module")
+def nets() -> tuple[Actor, RunningNorm]:
+    torch.manual_seed(0)
+    actor = Actor(OBS_DIM, ACT_DIM, (32, 32))
+    norm = RunningNorm(OBS_DIM)
+    norm.update(torch.randn(256, OBS_DIM) * torch.tensor([0.1, 1.0, 5.0, 20.0, 2.0]) + 3.0)
+    return actor, norm
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["raw", "obs_norm"])
+def exported(request, nets, tmp_path_factory) -> tuple[Path, RunningNorm | None]:
+    actor, norm = nets
+    norm = norm if request.param else None
+    path = tmp_path_factory.mktemp("export") / "policy.onnx"
+    export_policy(actor, path, action_low=LOW, action_high=HIGH, obs_norm=norm, metadata=META)
+    return path, norm
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+def test_onnx_matches_pytorch(exported, nets, batch) -> None:
+    path, norm = exported
+    policy = load_policy(path, expected_obs_dim=OBS_DIM, expected_act_dim=ACT_DIM)
+    rng = np.random.default_rng(batch)
+    obs = (rng.standard_normal((batch, OBS_DIM)) * 4.0 + 3.0).astype(np.float32)
+    got = policy(obs)
+    assert got.shape == (batch, ACT_DIM) and got.dtype == np.float32
+    np.testing.assert_allclose(got, reference(nets[0], norm, obs), rtol=0, atol=1e-5)
+
+
+def test_saturated_actions_hit_bounds_exactly(exported) -> None:
+    path, _ = exported
+    policy = load_policy(path)
+    signs = np.array([[1, 1, 1, 1, 1], [-1, -1, -1, -1, -1], [1, -1, 1, -1, 1], [-1, 1, -1, 1, -1]])
+    got = policy((1e5 * signs).astype(np.float32))
+    assert np.all((got == LOW) | (got == HIGH)), got
+
+
+def test_single_observation_and_input_conversion(exported) -> None:
+    policy = load_policy(exported[0])
+    obs = np.linspace(-1.0, 1.0, OBS_DIM)  # float64: converted by the policy
+    single = policy(obs)
+    assert single.shape == (ACT_DIM,)
+    np.testing.assert_array_equal(single, policy(obs[None].astype(np.float32))[0])
+    np.testing.assert_array_equal(single, policy(list(obs)))
+    with pytest.raises(ValueError, match="expects 5"):
+        policy(np.zeros(OBS_DIM + 1, np.float32))
+
+
+def test_metadata_round_trip(exported) -> None:
+    meta = load_policy(exported[0]).metadata
+    assert meta.env_id == "Hopper-v5"
+    assert (meta.obs_dim, meta.act_dim) == (OBS_DIM, ACT_DIM)
+    assert np.array_equal(np.float32(meta.action_low), LOW)
+    assert np.array_equal(np.float32(meta.action_high), HIGH)
+    assert (meta.training_step, meta.version, meta.source) == (12345, 7, "test")
+    assert dict(meta.extra) == {"seed": "3", "run": "runs/x"}
+
+
+def test_load_from_bytes(exported) -> None:
+    path, _ = exported
+    from_file = load_policy(path)
+    from_bytes = load_policy(bytearray(from_file.to_bytes()), expected_obs_dim=OBS_DIM)
+    assert from_file.to_bytes() == path.read_bytes()
+    assert from_bytes.metadata == from_file.metadata
+    from_bytes.warmup(3)
+    obs = np.random.default_rng(1).standard_normal((4, OBS_DIM)).astype(np.float32)
+    np.testing.assert_array_equal(from_bytes(obs), from_file(obs))
+
+
+def test_export_leaves_actor_alone_and_replaces_atomically(nets, tmp_path) -> None:
+    actor, _ = nets
+    actor.train()
+    path = tmp_path / "sub" / "policy.onnx"
+    export_policy(actor, path, action_low=-1.0, action_high=1.0, metadata={"env_id": "A", "version": 1})
+    export_policy(actor, path, action_low=-1.0, action_high=1.0, metadata={"env_id": "A", "version": 2})
+    assert actor.training
+    assert load_policy(path).metadata.version == 2
+    assert [p.name for p in path.parent.iterdir()] == ["policy.onnx"]
+
+
+def test_failed_verification_keeps_previous_model(nets, tmp_path, monkeypatch) -> None:
+    path = tmp_path / "policy.onnx"
+    kwargs = {"action_low": LOW, "action_high": HIGH}
+    export_policy(nets[0], path, metadata={"env_id": "A", "version": 1}, **kwargs)
+    monkeypatch.setattr(onnx_policy, "VERIFY_TOL", -1.0)  # nothing can pass
+    with pytest.raises(PolicyExportError, match="differs from PyTorch"):
+        export_policy(nets[0], path, metadata={"env_id": "A", "version": 2}, **kwargs)
+    assert load_policy(path).metadata.version == 1
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"action_low": 1.0, "action_high": -1.0}, "below"),
+    ({"action_low": [-1.0, -1.0], "action_high": 1.0}, "shape"),
+    ({"action_low": -np.inf, "action_high": 1.0}, "finite"),
+])
+def test_export_rejects_bad_bounds(nets, tmp_path, kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        export_policy(nets[0], tmp_path / "p.onnx", metadata={"env_id": "A"}, **kwargs)
+    assert not list(tmp_path.iterdir())
+
+
+def test_export_rejects_contradicting_metadata(nets, tmp_path) -> None:
+    with pytest.raises(ValueError, match="obs_dim"):
+        export_policy(nets[0], tmp_path / "p.onnx", action_low=-1, action_high=1,
+                      metadata={"env_id": "A", "obs_dim": OBS_DIM + 1})
+    with pytest.raises(ValueError, match="env_id"):
+        export_policy(nets[0], tmp_path / "p.onnx", action_low=-1, action_high=1, metadata={})
+
+
+def assert_one_line(exc: pytest.ExceptionInfo, *parts: str) -> None:
+    msg = str(exc.value)
+    assert "\n" not in msg
+    for part in parts:
+        assert part in msg
+
+
+def test_load_errors(exported, tmp_path) -> None:
+    good = exported[0].read_bytes()
+
+    with pytest.raises(PolicyLoadError) as exc:
+        load_policy(tmp_path / "missing.onnx")
+    assert_one_line(exc, "missing.onnx", "not found")
+
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"this is not a protobuf \x00\xff" * 20)
+    with pytest.raises(PolicyLoadError) as exc:
+        load_policy(corrupt)
+    assert_one_line(exc, "corrupt.onnx", "not a valid ONNX model")
+
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(good[: len(good) // 2])
+    with pytest.raises(PolicyLoadError) as exc:
+        load_policy(truncated)
+    assert_one_line(exc, "truncated.onnx")
+
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(PolicyLoadError, match="empty"):
+        load_policy(empty)
+
+    with pytest.raises(PolicyLoadError) as exc:
+        load_policy(good, expected_obs_dim=OBS_DIM + 2)
+    assert_one_line(exc, "obs_dim is 5, expected 7")
+
+    with pytest.raises(PolicyLoadError) as exc:
+        load_policy(good, expected_act_dim=1)
+    assert_one_line(exc, "act_dim is 3, expected 1")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_model_without_metadata_is_refused(nets, tmp_path) -> None:
+    path = tmp_path / "plain.onnx"
+    torch.onnx.export(nets[0], (torch.zeros(1, OBS_DIM),), path, dynamo=False, input_names=["obs"],
+                      output_names=["action"], dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}})
+    with pytest.raises(PolicyLoadError) as exc:
+        OnnxPolicy(path.read_bytes(), origin=str(path))
+    assert_one_line(exc, "plain.onnx", "missing policy metadata", "env_id")

@@ -1,0 +1,89 @@
+"""Each loss against values computed by hand on tiny tensors."""
+
+import math
+
+import pytest
+import torch
+
+from opolo_ros.algo import losses
+
+T = torch.tensor
+
+
+def test_f_star_quadratic_and_pq_family():
+    y = T([-2.0, 1.0, 3.0])
+    assert torch.allclose(losses.f_star(y, 2.0), T([2.0, 0.5, 4.5]))
+    assert torch.allclose(losses.f_star(y, 3.0), T([8 / 3, 1 / 3, 9.0]))
+    assert torch.allclose(losses.f_star(y, 1.5), y.abs() ** 1.5 / 1.5)
+
+
+def test_bellman_target_masks_terminals():
+    out = losses.bellman_target(T([1.0, 2.0]), T([10.0, 20.0]), T([1.0, 0.0]), 0.5)
+    assert torch.allclose(out, T([6.0, 2.0]))
+
+
+def test_reward_is_minus_log_one_minus_d_with_clipping():
+    r = losses.reward_from_logits(T([0.0, 100.0, -100.0, 2.0]))
+    assert r[0].item() == pytest.approx(math.log(2.0), rel=1e-6)
+    assert r[1].item() == pytest.approx(-math.log(1e-4), rel=1e-5)  # 1 - D clipped at 1e-4
+    assert 0.0 <= r[2].item() <= 2e-8  # 1 - D clipped at 1 - 1e-8
+    d = 1 / (1 + math.exp(-2.0))
+    assert r[3].item() == pytest.approx(-math.log(1 - d), rel=1e-6)
+
+
+def test_bernoulli_entropy_and_discriminator_loss():
+    assert losses.bernoulli_entropy(T([0.0, 0.0])).item() == pytest.approx(math.log(2), rel=1e-6)
+    loss = losses.discriminator_loss(T([0.0]), T([0.0]), entropy_coef=1e-3)
+    assert loss.item() == pytest.approx(2 * math.log(2) - 1e-3 * math.log(2), rel=1e-6)
+    # confident and right: expert logit 10, policy logit -10 -> small loss
+    good = losses.discriminator_loss(T([10.0]), T([-10.0]), entropy_coef=0.0)
+    assert good.item() == pytest.approx(2 * math.log1p(math.exp(-10)), rel=1e-2)  # float32
+
+
+def test_gradient_penalty_of_a_linear_discriminator():
+    def disc(s, s2):  # D = 3 s + 4 s2: |grad| = 5 everywhere -> (5 - 1)^2 = 16
+        return 3 * s[:, 0] + 4 * s2[:, 0]
+
+    e = (torch.randn(5, 1), torch.randn(5, 1))
+    p = (torch.randn(5, 1), torch.randn(5, 1))
+    gp = losses.gradient_penalty(disc, e, p, torch.rand(5, 1))
+    assert gp.item() == pytest.approx(16.0, rel=1e-6)
+
+
+def test_inverse_model_loss_mse_plus_l2():
+    loss = losses.inverse_model_loss(T([[1.0, 2.0]]), T([[0.0, 0.0]]), [T([[1.0, 2.0]])], l2=0.1)
+    assert loss.item() == pytest.approx(2.5 + 0.1 * 0.5 * 5.0)
+    assert losses.inverse_model_loss(T([[1.0, 2.0]]), T([[0.0, 0.0]])).item() == pytest.approx(2.5)
+
+
+def test_dice_critic_loss_by_hand():
+    q_sa = T([[1.0, 2.0], [3.0, 4.0]])
+    target = T([2.0, 2.0])
+    q_init = T([[1.0, 5.0], [3.0, 0.0]])  # min over critics [1, 0], mean 0.5
+    # 2 * 0.5 * (1 - 0.9) * 0.5 = 0.05; residuals c1 [1, 0] -> 0.25; c2 [-1, -2] -> 1.25
+    loss = losses.dice_critic_loss(q_sa, target, q_init, alpha=0.5, gamma=0.9)
+    assert loss.item() == pytest.approx(0.05 + 0.25 + 1.25)
+
+
+def test_dice_actor_loss_by_hand_with_clipping():
+    q_init = T([[1.0, 5.0], [3.0, 0.0]])
+    residual = T([[-1.0, 3.0], [200.0, 0.5]])  # clip to [0, 100]: [[0, 3], [100, 0.5]]
+    loss = losses.dice_actor_loss(q_init, alpha=0.5, gamma=0.9, residual=residual, residual_clip=100.0)
+    expected = -0.05 - ((0.0 + 4.5) / 2 + (5000.0 + 0.125) / 2)
+    assert loss.item() == pytest.approx(expected)
+    assert losses.dice_actor_loss(q_init, alpha=0.5, gamma=0.9).item() == pytest.approx(-0.05)
+
+
+def test_inverse_regulariser_is_weighted_mse_with_no_gradient_to_pi_i():
+    a_pi = T([[0.5, -0.5]], requires_grad=True)
+    a_inv = T([[0.0, 0.5]], requires_grad=True)
+    reg = losses.inverse_regulariser(a_pi, a_inv, lam=0.1)
+    assert reg.item() == pytest.approx(0.1 * (0.25 + 1.0) / 2)
+    reg.backward()
+    assert a_pi.grad is not None and a_inv.grad is None
+
+
+def test_td3_losses_by_hand():
+    q_sa = T([[1.0, 2.0], [3.0, 4.0]])
+    assert losses.td3_critic_loss(q_sa, T([2.0, 2.0])).item() == pytest.approx(0.5 + 2.5)
+    assert losses.td3_actor_loss(T([1.0, 3.0])).item() == pytest.approx(-2.0)

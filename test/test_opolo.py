@@ -1,0 +1,155 @@
+"""OPOLO learner behaviour: gradient routing of each option, done handling, D and P_I learn."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from opolo_ros.algo.batch import StatePairs, Transitions
+from opolo_ros.algo.config import NetworkConfig, OPOLOConfig
+from opolo_ros.algo.opolo import OPOLOLearner, done_mask
+
+OBS, ACT, B = 3, 2, 16
+SMALL = NetworkConfig(hidden=(32, 32), disc_hidden=(32, 32), inverse_hidden=(32, 32))
+
+
+def make(**kw) -> OPOLOLearner:
+    torch.manual_seed(0)
+    return OPOLOLearner(OBS, ACT, OPOLOConfig(net=SMALL, **kw))
+
+
+def batch(terminated=0.0, truncated=0.0, seed=1) -> Transitions:
+    g = torch.Generator().manual_seed(seed)
+    return Transitions(torch.randn(B, OBS, generator=g), torch.rand(B, ACT, generator=g) * 2 - 1,
+                       torch.randn(B, OBS, generator=g), torch.full((B,), terminated),
+                       torch.full((B,), truncated), torch.zeros(B))
+
+
+def expert(seed=2) -> StatePairs:
+    g = torch.Generator().manual_seed(seed)
+    return StatePairs(torch.randn(B, OBS, generator=g), torch.randn(B, OBS, generator=g))
+
+
+def actor_grads(learner: OPOLOLearner, loss: torch.Tensor) -> list[torch.Tensor]:
+    return torch.autograd.grad(loss, list(learner.actor.parameters()), allow_unused=True,
+                               retain_graph=True)
+
+
+def positive_residual_cache(learner, b):
+    r = torch.ones(B)
+    return r, torch.ones(B), torch.full((2, B), -50.0)  # Q(s, a) far below: residual > 0
+
+
+def test_residual_mode_routes_policy_gradient_through_next_state_q():
+    b = batch()
+    res = make(residual_mode="residual", alpha=0.0, lam=0.0)
+    loss, _ = res.actor_loss(b, None, positive_residual_cache(res, b))
+    assert any(g is not None and g.abs().sum() > 0 for g in actor_grads(res, loss))
+
+    stop = make(residual_mode="stop_gradient", alpha=0.0, lam=0.0)
+    loss, _ = stop.actor_loss(b, None, positive_residual_cache(stop, b))
+    assert all(g is None or g.abs().sum() == 0 for g in actor_grads(stop, loss))
+
+
+def test_stop_gradient_mode_equals_initial_state_term_only():
+    b = batch()
+    lrn = make(residual_mode="stop_gradient", lam=0.0)
+    loss, _ = lrn.actor_loss(b, None)
+    q0 = lrn.critic(b.obs, lrn.actor(b.obs)).min(0).values.mean()
+    ref = -2 * lrn.cfg.alpha * (1 - lrn.cfg.gamma) * q0
+    for g, h in zip(actor_grads(lrn, loss), actor_grads(lrn, ref)):
+        assert torch.allclose(g, h)
+
+
+def test_residual_clipped_at_zero_gives_no_gradient_when_negative():
+    b = batch()
+    lrn = make(residual_mode="residual", alpha=0.0, lam=0.0)
+    cache = (torch.zeros(B), torch.ones(B), torch.full((2, B), 1e4))  # residual < 0 everywhere
+    loss, _ = lrn.actor_loss(b, None, cache)
+    assert all(g is None or g.abs().sum() == 0 for g in actor_grads(lrn, loss))
+
+
+def test_actor_update_touches_only_the_policy():
+    lrn = make(residual_mode="residual")
+    with torch.no_grad():  # make critic and target differ so the Polyak step is visible
+        for p in lrn.critic.parameters():
+            p.add_(0.01)
+    before = {k: [p.clone() for p in m.parameters()] for k, m in lrn.modules().items()}
+    lrn.update_actor(batch(), expert(), positive_residual_cache(lrn, None))
+    for k, m in lrn.modules().items():
+        changed = any(not torch.equal(p, q) for p, q in zip(m.parameters(), before[k]))
+        assert changed == (k in ("actor", "critic_target")), k
+        assert all(p.grad is None for p in m.parameters()) or k == "actor", k
+
+
+def test_inverse_regulariser_pulls_policy_towards_inverse_model():
+    lrn = make(alpha=0.0, lam=1.0, residual_mode="stop_gradient")
+    e = expert()
+    dist = lambda: (lrn.actor(e.obs) - lrn.inverse(e.obs, e.next_obs)).pow(2).mean().item()  # noqa: E731
+    d0 = dist()
+    for _ in range(50):
+        lrn.update_actor(batch(), e)
+    assert dist() < 0.5 * d0
+
+
+def test_lambda_zero_is_opolo_x_and_ignores_the_inverse_model():
+    lrn = make(lam=0.0)
+    _, metrics = lrn.actor_loss(batch(), expert())
+    assert "actor/inverse_reg" not in metrics
+
+
+@pytest.mark.parametrize("mode", ["ignore", "terminal"])
+def test_done_handling(mode):
+    t = batch(terminated=1.0)
+    tr = batch(truncated=1.0)
+    assert torch.all(done_mask(tr, mode) == 1.0)  # truncation always bootstraps
+    assert torch.all(done_mask(t, mode) == (1.0 if mode == "ignore" else 0.0))
+    # At true terminations the 'terminal' critic loss does not depend on the target critic.
+    losses = []
+    for scale in (1.0, 100.0):
+        lrn = make(done_mode=mode)
+        with torch.no_grad():
+            for p in lrn.critic_target.parameters():
+                p.mul_(scale)
+        losses.append(lrn._critic_step(t)[0]["critic/loss"].item())
+    assert (losses[0] == pytest.approx(losses[1])) == (mode == "terminal")
+
+
+def test_discriminator_separates_two_known_distributions():
+    torch.manual_seed(0)
+    lrn = OPOLOLearner(OBS, ACT, OPOLOConfig(net=SMALL))
+    g = torch.Generator().manual_seed(0)
+
+    def pairs(mu):
+        s = mu + 0.3 * torch.randn(64, OBS, generator=g)
+        return StatePairs(s, s + 0.1)
+
+    for _ in range(200):
+        lrn.update_discriminator(pairs(-1.0), pairs(1.0))
+    e, p = pairs(1.0), pairs(-1.0)
+    m = lrn.update_discriminator(p, e)
+    assert m["disc/accuracy"].item() > 0.95
+    assert lrn.reward(e.obs, e.next_obs).mean() > lrn.reward(p.obs, p.next_obs).mean() + 0.5
+    # D's normaliser saw expert states only (mean ~ +1), per the released code.
+    assert torch.allclose(lrn.disc.norm.mean, torch.full((OBS,), 1.05), atol=0.1)
+
+
+def test_inverse_model_recovers_actions_of_a_linear_system():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    A = torch.eye(OBS) + 0.1 * torch.randn(OBS, OBS, generator=g)
+    Bm = torch.randn(ACT, OBS, generator=g)
+
+    def data(n):
+        s = torch.randn(n, OBS, generator=g)
+        a = torch.rand(n, ACT, generator=g) * 2 - 1
+        return Transitions(s, a, s @ A.T + a @ Bm, torch.zeros(n), torch.zeros(n), torch.zeros(n))
+
+    cfg = dataclasses.replace(OPOLOConfig(net=SMALL), inverse_lr=1e-3, inverse_l2=0.0)
+    lrn = OPOLOLearner(OBS, ACT, cfg)
+    for _ in range(1500):
+        lrn.update_inverse(data(100))
+    test = data(500)
+    with torch.no_grad():
+        err = (lrn.inverse(test.obs, test.next_obs) - test.action).pow(2).mean().item()
+    assert err < 0.01  # actions are uniform in [-1, 1]: variance 1/3
