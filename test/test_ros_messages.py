@@ -29,6 +29,7 @@ from std_msgs.msg import (  # noqa: E402
     Float64MultiArray,
     Int64MultiArray,
     MultiArrayDimension,
+    MultiArrayLayout,
     UInt8MultiArray,
 )
 
@@ -189,8 +190,9 @@ REJECTIONS = [
      _with(DEMO_MSG, data=[math.inf] + [0.0] * 12), "inf"),
     ("policy short", m.msg_to_policy, _with(POLICY_MSG, d0_size=9, d0_stride=9), "elements"),
     ("policy no version", m.msg_to_policy,
-     UInt8MultiArray(layout=_with(POLICY_MSG).layout.__class__(
-         dim=[MultiArrayDimension(label="onnx", size=6, stride=6)]), data=b"\x08\x01onnx"),
+     UInt8MultiArray(layout=MultiArrayLayout(dim=[MultiArrayDimension(label="onnx", size=6,
+                                                                      stride=6)]),
+                     data=b"\x08\x01onnx"),
      "labelled"),
     ("progress rows", m.msg_to_progress, _with(PROGRESS_MSG, d0_size=2, d0_stride=6), "elements"),
     ("progress negative", m.msg_to_progress, _with(PROGRESS_MSG, data=[5, -6, 1, 2, 6]), "negative"),

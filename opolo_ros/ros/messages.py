@@ -304,7 +304,7 @@ def replay_to_msg(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, rew
         shape = (n,) if width is None else (n, width)
         if values.shape != shape:
             raise ValueError(f"replay {name} must have shape {shape}, got {values.shape}")
-        if name in ("terminated", "truncated") and not np.isin(values, (0, 1)).all():
+        if name in ("terminated", "truncated") and not ((values == 0) | (values == 1)).all():
             raise ValueError(f"replay {name} must be boolean or 0/1")
         with np.errstate(over="ignore"):
             rows[:, col:col + (width or 1)] = values.reshape(n, width or 1)
