@@ -45,3 +45,12 @@ def test_missing_file_and_bad_override(tmp_path):
         load_run_config(tmp_path / "nope.yaml")
     with pytest.raises(ValueError, match="key=value"):
         merge_overrides(["seed"])
+
+
+def test_ros_parameter_file_gives_the_learner_section(tmp_path):
+    p = tmp_path / "params.yaml"
+    p.write_text("/**:\n  ros__parameters:\n    env_id: Hopper-v5\n    seed: 4\n"
+                 "learner:\n  ros__parameters:\n    opolo:\n      lam: 0.01\n    export_period: 3\n"
+                 "sim_bridge:\n  ros__parameters:\n    seed: 99\n    realtime: false\n")
+    cfg = load_run_config(p)
+    assert (cfg.env_id, cfg.seed, cfg.opolo.lam) == ("Hopper-v5", 4, 0.01)  # node-only keys ignored

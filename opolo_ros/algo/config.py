@@ -181,6 +181,32 @@ def _validate(obj: Any, prefix: str) -> None:
                              f"got {getattr(obj, name)!r}")
 
 
+RUN_NODE = "learner"
+
+
+def run_section(data: Any, path: Path | str = "<config>") -> Mapping[str, Any]:
+    """The run-config mapping of a YAML document.
+
+    A plain mapping is a run config. A ROS 2 parameter file (`node: {ros__parameters: ...}`) gives the
+    merge of its `/**` section and its `learner` section, so one file per task serves both
+    `ros2 launch` and the direct loop; keys meant for other nodes (sim_bridge, actor, ...) are ignored.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"config file {path}: expected a mapping at the top level")
+    if not any(isinstance(v, Mapping) and "ros__parameters" in v for v in data.values()):
+        return data
+    merged: dict[str, Any] = {}
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    for node in ("/**", RUN_NODE, f"/{RUN_NODE}"):
+        params = (data.get(node) or {}).get("ros__parameters") or {}
+        if not isinstance(params, Mapping):
+            raise ValueError(f"config file {path}: '{node}.ros__parameters' must be a mapping")
+        for k, v in params.items():
+            if k in known:
+                merged[k] = v
+    return merged
+
+
 def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
                     ) -> RunConfig:
     """Build a RunConfig from defaults, then a YAML file, then a mapping of overrides."""
@@ -193,7 +219,7 @@ def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any]
             data = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise ValueError(f"config file {path} is not valid YAML: {exc}") from exc
-        cfg = update_dataclass(cfg, data)
+        cfg = update_dataclass(cfg, run_section(data, path))
     if overrides:
         cfg = update_dataclass(cfg, overrides)
     return cfg
