@@ -68,12 +68,22 @@ class ReplayBuffer:
                 "pos": self.pos, "size": self.size, "total_added": self.total_added,
                 "generator": self.generator.get_state(), "capacity": self.capacity}
 
+    FIELDS = ("obs", "action", "next_obs", "reward", "terminated", "truncated")
+
     def load_state_dict(self, state: dict) -> None:
-        if state["capacity"] != self.capacity:
-            raise ValueError(f"replay capacity mismatch: checkpoint {state['capacity']}, "
-                             f"buffer {self.capacity}")
-        n = state["size"]
-        for name in ("obs", "action", "next_obs", "reward", "terminated", "truncated"):
-            getattr(self, name)[:n] = state[name]
-        self.pos, self.size, self.total_added = state["pos"], n, state["total_added"]
+        """Restore a buffer; one of another capacity (a run extended with more steps) is refilled
+        oldest-first, keeping the newest transitions that fit."""
         self.generator.set_state(state["generator"])
+        self.total_added = state["total_added"]
+        n = state["size"]
+        if state["capacity"] == self.capacity:
+            for name in self.FIELDS:
+                getattr(self, name)[:n] = state[name]
+            self.pos, self.size = state["pos"], n
+            return
+        order = torch.arange(n) if n < state["capacity"] else (torch.arange(n) + state["pos"]) % n
+        keep = order[-self.capacity:]
+        for name in self.FIELDS:
+            getattr(self, name)[: len(keep)] = state[name][keep]
+        self.size = len(keep)
+        self.pos = self.size % self.capacity
