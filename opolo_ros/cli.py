@@ -49,6 +49,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     time_feature = bool(int(policy.metadata.extra.get("time_feature", 0)))
     returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature)
     print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
+    if args.stamp:
+        from opolo_ros.export.onnx_policy import stamp_metadata
+
+        stamp_metadata(args.model, {"eval_return_mean": round(float(returns.mean()), 2),
+                                    "eval_return_std": round(float(returns.std()), 2),
+                                    "eval_episodes": len(returns), "eval_seed": args.seed})
+        print(f"wrote the evaluation into the metadata of {args.model}")
     return 0
 
 
@@ -60,6 +67,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     trainer.restore(Path(args.checkpoint))
     path = trainer.export(Path(args.output))
     print(f"exported {path}")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from opolo_ros.data.bags import write_demonstrations
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.envs import make_env
+    from opolo_ros.sim.rollout import rollout_episodes
+
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
+    model = Path(args.model)
+    policy = load_policy(model)
+    env_id = args.env_id or policy.metadata.env_id
+    if args.time_feature == "auto":
+        flag = str(policy.metadata.extra.get("time_feature", "0")).strip().lower()
+        time_feature = flag in ("1", "true", "yes")
+    else:
+        time_feature = args.time_feature == "on"
+    env = make_env(env_id, time_feature=time_feature)
+    env_obs_dim = int(env.observation_space.shape[0])
+    env.close()
+    if env_obs_dim != policy.metadata.obs_dim:
+        raise ValueError(f"{model} takes obs_dim {policy.metadata.obs_dim}, but {env_id} "
+                         f"{'with' if time_feature else 'without'} time feature gives {env_obs_dim}")
+    output = Path(args.output) if args.output else Path("models/demos") / env_id
+    if output.exists():
+        raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "
+                              "(choose another --output or remove it)")
+    episodes = rollout_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,
+                                time_feature=time_feature)
+    returns = np.array([ep.ret for ep in episodes])
+    path = write_demonstrations(output, episodes, storage=args.storage, metadata={
+        "env_id": env_id, "expert": model.name, "seed": args.seed, "source": "opolo-ros record"})
+    print(f"{env_id}: {len(episodes)} expert episodes, return {returns.mean():.1f} +- {returns.std():.1f} "
+          f"(min {returns.min():.1f}, max {returns.max():.1f}), "
+          f"{sum(len(ep.obs) - 1 for ep in episodes)} transitions")
+    print(f"bag: {path} ({args.storage})")
     return 0
 
 
@@ -92,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--seed", type=int, default=10_000)
+    ev.add_argument("--stamp", action="store_true",
+                    help="write the evaluation (mean/std/episodes/seed) into the model's metadata")
     ev.set_defaults(func=cmd_evaluate)
 
     ex = sub.add_parser("export", help="export the policy of a checkpoint to ONNX")
@@ -99,6 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("checkpoint")
     ex.add_argument("output")
     ex.set_defaults(func=cmd_export)
+
+    rec = sub.add_parser("record", help="roll out an ONNX expert and record its states into a rosbag2 bag")
+    rec.add_argument("--model", required=True, help="expert policy (.onnx)")
+    rec.add_argument("--episodes", type=int, default=4)
+    rec.add_argument("--output", help="new bag folder (default: models/demos/<env_id>)")
+    rec.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
+    rec.add_argument("--seed", type=int, default=0, help="episode k is reset with seed + k")
+    rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    rec.add_argument("--time-feature", dest="time_feature", choices=("auto", "on", "off"), default="auto",
+                     help="whether the expert sees the time feature (auto: the model's metadata); "
+                          "the bag stores the env's observations without it")
+    rec.set_defaults(func=cmd_record)
     return p
 
 

@@ -358,3 +358,22 @@ def _metadata(metadata: Mapping[str, Any], obs_dim: int, act_dim: int, low: np.n
         extra={k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()
                if k not in REQUIRED_KEYS},
     )
+
+
+def stamp_metadata(path: str | os.PathLike[str], values: Mapping[str, Any]) -> PolicyMetadata:
+    """Add or replace metadata properties of an exported model in place (atomically), e.g. the
+    evaluation return of a shipped expert. Required keys cannot be changed this way."""
+    import onnx
+
+    path = Path(path)
+    model = onnx.load(str(path))
+    clash = set(values) & set(REQUIRED_KEYS)
+    if clash:
+        raise ValueError(f"cannot restamp required metadata keys: {sorted(clash)}")
+    props = {p.key: p.value for p in model.metadata_props}
+    props.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+    del model.metadata_props[:]
+    for k, v in props.items():
+        model.metadata_props.add(key=k, value=v)
+    _write_atomic(path, model.SerializeToString())
+    return load_policy(path).metadata

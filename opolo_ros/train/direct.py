@@ -176,7 +176,8 @@ class DirectTrainer:
         return export_policy(self.learner.actor, path, action_low=self.scaler.low,
                              action_high=self.scaler.high,
                              metadata={"env_id": self.cfg.env_id, "training_step": self.step,
-                                       "version": self.step, "source": f"opolo_ros direct {self.cfg.algo}",
+                                       "version": self.step, "seed": self.cfg.seed,
+                                       "source": f"opolo_ros direct {self.cfg.algo}",
                                        "time_feature": int(self.cfg.time_feature)})
 
     def train(self, resume: bool = True) -> TrainResult:

@@ -1,0 +1,60 @@
+"""Learning benchmark: OPOLO (direct loop) on one task over several seeds, evaluated at fixed steps.
+
+    .venv/bin/python bench/learning.py --config config/inverted_pendulum.yaml --seeds 0 1 2 \
+        --at 5000 10000 20000 --out bench/results/inverted_pendulum_learning.json
+
+Runs resume from their run folders, so an interrupted benchmark continues where it stopped. Prints a
+markdown table for BENCHMARKS.md (evaluation return mean +- std over deterministic episodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from opolo_ros.algo.config import load_run_config, merge_overrides
+from opolo_ros.train.direct import train_direct
+from opolo_ros.train.logger import RunLogger
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--at", type=int, nargs="+", default=[5000, 10000, 20000], help="env steps to report")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--run-root", default="runs/bench_learning")
+    p.add_argument("--out", help="write the results as JSON here")
+    args = p.parse_args(argv)
+
+    base = load_run_config(args.config, merge_overrides(args.set))
+    eval_every = min(args.at) if all(a % min(args.at) == 0 for a in args.at) else base.eval_every
+    rows: dict[int, dict[int, tuple[float, float]]] = {}
+    for seed in args.seeds:
+        run_dir = Path(args.run_root) / f"{base.env_id}_{base.algo}_seed{seed}"
+        cfg = load_run_config(args.config, {**merge_overrides(args.set), "seed": seed, "run_dir": str(run_dir),
+                                            "total_steps": max(args.at), "eval_every": eval_every})
+        train_direct(cfg)
+        evals = {int(r["env_step"]): (r["return_mean"], r["return_std"])
+                 for r in RunLogger.read_evaluations(run_dir / "eval.csv")}
+        rows[seed] = {a: evals[a] for a in args.at if a in evals}
+
+    print(f"\n{base.algo} on {base.env_id}, evaluation return (mean +- std over {base.eval_episodes} "
+          f"deterministic episodes)\n")
+    print("| seed | " + " | ".join(f"{a // 1000}k steps" for a in args.at) + " |")
+    print("|---" * (len(args.at) + 1) + "|")
+    for seed, r in rows.items():
+        print(f"| {seed} | " + " | ".join(f"{r[a][0]:.1f} +- {r[a][1]:.1f}" if a in r else "-" for a in args.at)
+              + " |")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"config": args.config, "set": args.set, "env_id": base.env_id,
+                                              "results": {str(s): {str(a): v for a, v in r.items()}
+                                                          for s, r in rows.items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,523 @@
+"""State-only demonstrations in rosbag2 bags (MCAP or sqlite3), written and read without ROS.
+
+Uses the `rosbags` library and its built-in type store (ROS 2 Kilted definitions of ``std_msgs``,
+``sensor_msgs``, ``geometry_msgs``, ...), so nothing here imports rclpy: a bag can be produced and
+consumed on a machine without ROS, and ``ros2 bag info|play`` works on it where ROS is installed.
+
+Writing (:func:`write_demonstrations`)
+    One ``std_msgs/msg/Float32MultiArray`` per episode on ``/opolo/demonstrations``, in the
+    *demonstration* layout of :mod:`opolo_ros.ros.messages` (shape dims ``[steps(T+1), obs(obs_dim)]``,
+    metadata dim ``episode`` with stride 0, ``data_offset = 1``, ``data[0]`` = episode return as
+    float32, NaN when unknown, then the observations row-major). The topic is recorded with the
+    contract's QoS (reliable, transient local, keep last 100), so ``ros2 bag play`` republishes it the
+    way a learner that starts late expects. Timestamps start at the wall-clock time of writing and
+    increase by 1 ms per episode. Bag-level facts go into the bag's own ``custom_data`` (rosbag2
+    metadata.yaml, shown by ``ros2 bag info``): ``env_id``, ``obs_dim``, ``count``, ``returns``
+    (JSON list, null for unknown), ``source``, ``format`` and any caller metadata (non-strings as JSON).
+    The returns are also inside every message, so a replayed topic carries them.
+
+Reading (:func:`read_demonstrations`)
+    Any rosbag2 bag: a bag folder (with ``metadata.yaml``), a bare ``.mcap``/``.db3`` storage file,
+    or a folder whose sub-folders are bags (read one after the other in name order; episodes never
+    span two bags). The topic is chosen as: the given `topic`; else ``/opolo/demonstrations`` if
+    present; else the only ``Float32MultiArray``/``Float64MultiArray``/``JointState`` topic.
+
+    - Demonstration layout (dim labels ``steps, obs, episode``): one episode per message.
+    - Observation streams, one observation per message: ``Float32MultiArray`` /
+      ``Float64MultiArray`` (observation = ``data[data_offset:]``), ``sensor_msgs/JointState``
+      (``fields`` of ``joints`` in the given order: all positions, then all velocities, ...; the
+      message's own joint order is free; `joints` defaults to the first message's order), or any
+      type with `obs_field` (dotted attribute paths whose numeric values are concatenated, e.g.
+      ``("pose.pose", "twist.twist")`` for ``nav_msgs/Odometry``).
+
+      **Episode split rule.** A stream is cut into episodes (a) where the bag timestamps of two
+      consecutive observations are more than `episode_gap_s` apart (default 0.5 s; None disables),
+      (b) at a *reset marker*, and (c) at the end of each bag. A reset marker is a message that
+      carries no observation: a multi-array with no data (after ``data_offset``) or with a layout
+      dim labelled ``"reset"``; a JointState with no joint names or with ``header.frame_id ==
+      "reset"``; with `obs_field`, an empty selected value. Markers are not observations. Pass
+      ``reset_marker=None`` to disable the label/frame_id rule (empty messages always separate:
+      they cannot be observations). A publisher ends an episode with e.g.
+      ``Float32MultiArray(layout=MultiArrayLayout(dim=[MultiArrayDimension(label="reset")]))``.
+
+Every problem is a one-line :class:`BagError` (a ``ValueError``), or ``FileNotFoundError`` for a
+missing path, naming the bag, topic and message where it applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from opolo_ros.data.demos import Episode
+
+DEMO_TOPIC = "/opolo/demonstrations"
+F32_ARRAY = "std_msgs/msg/Float32MultiArray"
+F64_ARRAY = "std_msgs/msg/Float64MultiArray"
+JOINT_STATE = "sensor_msgs/msg/JointState"
+STREAM_TYPES = (F32_ARRAY, F64_ARRAY, JOINT_STATE)
+# Layout labels: the same strings as opolo_ros.ros.messages (which needs rclpy, so is not imported).
+STEPS_LABEL = "steps"
+OBS_LABEL = "obs"
+EPISODE_LABEL = "episode"
+RESET_LABEL = "reset"
+DEFAULT_EPISODE_GAP_S = 0.5
+JOINT_FIELDS = ("position", "velocity", "effort")
+STORAGES = ("mcap", "sqlite3")
+FORMAT = "opolo_ros demonstration/1"
+DEMONSTRATIONS_DEPTH = 100  # the contract's keep-last depth for /opolo/demonstrations
+STORAGE_SUFFIXES = (".mcap", ".db3")
+_STEP_NS = 1_000_000  # 1 ms between episode messages
+
+
+class BagError(ValueError):
+    """A bag cannot be written or read as demonstrations; the message is one line."""
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _typestore() -> Any:
+    from rosbags.typesys import Stores, get_typestore
+
+    return get_typestore(Stores.ROS2_KILTED)
+
+
+# ----------------------------------------------------------------------------------------- layout
+
+def demonstration_layout(obs: np.ndarray, episode_return: float,
+                         episode: int) -> tuple[list[tuple[str, int, int]], int, np.ndarray]:
+    """The demonstration layout as plain values: (dims as (label, size, stride), data_offset, data).
+
+    The same layout as ``opolo_ros.ros.messages.demonstration_to_msg`` (module docstring there).
+    """
+    with np.errstate(over="ignore"):
+        x = np.asarray(obs, dtype=np.float32)
+        ret = np.float32(episode_return)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] == 0:
+        raise BagError(f"demonstration obs must be [T+1 >= 2, obs_dim >= 1], got {x.shape}")
+    if not np.isfinite(x).all():
+        raise BagError("demonstration obs contain NaN or inf (or a value beyond float32 range)")
+    if np.isinf(ret):
+        raise BagError(f"episode return must be finite in float32, or NaN (unknown); got {episode_return}")
+    if not 0 <= int(episode) < 2**32:
+        raise BagError(f"episode index must fit uint32, got {episode}")
+    steps, obs_dim = x.shape
+    dims = [(STEPS_LABEL, steps, steps * obs_dim), (OBS_LABEL, obs_dim, obs_dim),
+            (EPISODE_LABEL, int(episode), 0)]
+    data = np.empty(1 + x.size, dtype=np.float32)
+    data[0] = ret
+    data[1:] = x.reshape(-1)
+    return dims, 1, data
+
+
+def is_demonstration_layout(dims: Sequence[tuple[str, int, int]]) -> bool:
+    """True when the dim labels are those of the demonstration layout."""
+    return [d[0] for d in dims] == [STEPS_LABEL, OBS_LABEL, EPISODE_LABEL]
+
+
+def _parse_demonstration(dims: list[tuple[str, int, int]], offset: int, data: np.ndarray,
+                         where: str) -> tuple[np.ndarray, float, int]:
+    (_, steps, s_stride), (_, obs_dim, o_stride), (_, episode, e_stride) = dims
+    if offset != 1:
+        raise BagError(f"{where}: demonstration data_offset must be 1, got {offset}")
+    if obs_dim == 0 or s_stride != steps * obs_dim or o_stride != obs_dim or e_stride != 0:
+        raise BagError(f"{where}: malformed demonstration layout {dims}")
+    if steps < 2:
+        raise BagError(f"{where}: episode has {steps} state(s); an episode needs at least 2 (T+1 >= 2)")
+    if data.size != 1 + steps * obs_dim:
+        raise BagError(f"{where}: data has {data.size} elements, the layout says {1 + steps * obs_dim}")
+    if np.isinf(data[0]):
+        raise BagError(f"{where}: episode return is inf (NaN means unknown, inf is invalid)")
+    obs = data[1:]
+    if not np.isfinite(obs).all():
+        bad = int(np.flatnonzero(~np.isfinite(obs))[0])
+        raise BagError(f"{where}: non-finite observation value (NaN or inf) at step {bad // obs_dim}")
+    return obs.reshape(steps, obs_dim).astype(np.float32), float(data[0]), int(episode)
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+def _demo_qos() -> list[Any]:
+    from rosbags.interfaces import (
+        Qos,
+        QosDurability,
+        QosHistory,
+        QosLiveliness,
+        QosReliability,
+        QosTime,
+    )
+
+    zero = QosTime(0, 0)
+    return [Qos(QosHistory.KEEP_LAST, DEMONSTRATIONS_DEPTH, QosReliability.RELIABLE,
+                QosDurability.TRANSIENT_LOCAL, zero, zero, QosLiveliness.AUTOMATIC, zero, False)]
+
+
+def _custom_data(episodes: Sequence[Episode], metadata: Mapping[str, Any] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in (metadata or {}).items():
+        if not isinstance(key, str) or not key:
+            raise BagError(f"metadata keys must be non-empty strings, got {key!r}")
+        out[key] = value if isinstance(value, str) else json.dumps(value, allow_nan=False, default=str)
+    returns = [None if math.isnan(ep.ret) else float(ep.ret) for ep in episodes]
+    out.update({
+        "env_id": str((metadata or {}).get("env_id", "")),
+        "obs_dim": str(episodes[0].obs.shape[1]),
+        "count": str(len(episodes)),
+        "returns": json.dumps(returns, allow_nan=False),
+        "source": str((metadata or {}).get("source", "opolo_ros")),
+        "format": FORMAT,
+    })
+    return out
+
+
+def write_demonstrations(path: str | Path, episodes: Sequence[Episode], *, topic: str = DEMO_TOPIC,
+                         storage: str = "mcap", metadata: Mapping[str, Any] | None = None) -> Path:
+    """Write `episodes` as a new rosbag2 bag folder at `path`, one message per episode.
+
+    `metadata` (e.g. ``env_id``, ``expert``, ``seed``) goes into the bag's ``custom_data``; see the
+    module docstring. Never overwrites: an existing `path` is an error. Returns the bag folder.
+    """
+    from rosbags.rosbag2 import StoragePlugin, Writer
+
+    path = Path(path)
+    if storage not in STORAGES:
+        raise BagError(f"storage must be one of {STORAGES}, got {storage!r}")
+    if path.exists():
+        raise FileExistsError(f"{path} already exists; refusing to overwrite a bag "
+                              "(choose another output path or remove it)")
+    episodes = list(episodes)
+    if not episodes:
+        raise BagError("no episodes to write")
+    obs_dims = {ep.obs.shape[1] for ep in episodes}
+    if len(obs_dims) != 1:
+        raise BagError(f"episodes have different observation dimensions {sorted(obs_dims)}")
+    if not topic.startswith("/"):
+        raise BagError(f"topic must be an absolute name (start with '/'), got {topic!r}")
+    # Validate every episode before anything is created on disk.
+    payloads = [demonstration_layout(ep.obs, ep.ret, k) for k, ep in enumerate(episodes)]
+    custom = _custom_data(episodes, metadata)
+
+    store = _typestore()
+    cls = store.types[F32_ARRAY]
+    layout_cls = store.types["std_msgs/msg/MultiArrayLayout"]
+    dim_cls = store.types["std_msgs/msg/MultiArrayDimension"]
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    writer = Writer(path, version=Writer.VERSION_LATEST, storage_plugin=plugin)
+    for key, value in custom.items():
+        writer.set_custom_data(key, value)
+    try:
+        writer.open()
+    except Exception as err:
+        raise BagError(f"cannot create bag {path}: {_one_line(err)}") from None
+    try:
+        conn = writer.add_connection(topic, F32_ARRAY, typestore=store, offered_qos_profiles=_demo_qos())
+        start = time.time_ns()
+        for k, (dims, offset, data) in enumerate(payloads):
+            msg = cls(layout=layout_cls(dim=[dim_cls(label=lab, size=s, stride=st) for lab, s, st in dims],
+                                        data_offset=offset), data=data)
+            writer.write(conn, start + k * _STEP_NS, store.serialize_cdr(msg, F32_ARRAY))
+        writer.close()
+    except BaseException:
+        try:
+            writer.abort()
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+def _bag_paths(path: Path) -> list[Path]:
+    """The bags under `path`: itself (bag folder or storage file) or its sub-folder bags, in order."""
+    if not path.exists():
+        raise FileNotFoundError(f"demonstration bag not found: {path}")
+    if path.is_file():
+        if path.suffix in STORAGE_SUFFIXES:
+            return [path]
+        raise BagError(f"{path} is not a rosbag2 bag (expected a bag folder with metadata.yaml, "
+                       f"a folder of bags, or a {'/'.join(STORAGE_SUFFIXES)} file)")
+    if (path / "metadata.yaml").is_file():
+        return [path]
+    bags = sorted(p for p in path.iterdir() if p.is_dir() and (p / "metadata.yaml").is_file())
+    if bags:
+        return bags
+    stray = sorted(p.name for p in path.iterdir() if p.suffix in STORAGE_SUFFIXES)
+    if stray:
+        raise BagError(f"{path} is not a readable rosbag2 bag: metadata.yaml is missing "
+                       f"(storage files {stray}); pass the storage file itself to read it")
+    raise BagError(f"{path} is not a rosbag2 bag (no metadata.yaml) nor a folder of bags")
+
+
+def read_bag_metadata(path: str | Path) -> dict[str, str]:
+    """The ``custom_data`` of a bag folder's metadata.yaml ({} when it has none)."""
+    import yaml
+
+    meta = Path(path) / "metadata.yaml"
+    if not meta.is_file():
+        return {}
+    try:
+        info = yaml.safe_load(meta.read_text())["rosbag2_bagfile_information"]
+    except Exception as err:
+        raise BagError(f"{path}: corrupt bag metadata ({_one_line(err)})") from None
+    custom = info.get("custom_data") if isinstance(info, dict) else None
+    return {str(k): str(v) for k, v in custom.items()} if isinstance(custom, dict) else {}
+
+
+@dataclasses.dataclass
+class _Source:
+    """How messages of one topic become observations."""
+
+    msgtype: str
+    obs_field: tuple[str, ...] | None
+    joints: tuple[str, ...] | None
+    fields: tuple[str, ...]
+    reset_marker: str | None
+
+
+def _register_bag_types(store: Any, connections: Sequence[Any]) -> None:
+    """Add message types the bag defines but the built-in store lacks (ros2msg definitions)."""
+    from rosbags.interfaces import MessageDefinitionFormat
+    from rosbags.typesys import get_types_from_msg
+
+    for conn in connections:
+        if conn.msgtype in store.fielddefs or conn.msgdef.format != MessageDefinitionFormat.MSG:
+            continue
+        try:
+            store.register(get_types_from_msg(conn.msgdef.data, conn.msgtype))
+        except Exception:  # an unreadable definition: reported when the type is needed
+            continue
+
+
+def _choose_topic(topics: Mapping[str, str], bag: Path) -> str:
+    if DEMO_TOPIC in topics:
+        return DEMO_TOPIC
+    candidates = [t for t, typ in topics.items() if typ in STREAM_TYPES]
+    if len(candidates) == 1:
+        return candidates[0]
+    listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
+    why = "several observation topics" if candidates else "no demonstration or observation topic"
+    raise BagError(f"{bag}: {why}; pass topic=... (topics: {listing})")
+
+
+def _flatten(value: Any, what: str) -> np.ndarray:
+    """A numeric field value (number, array, list of numbers, or message of those) as float64."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise BagError(f"{what} is not numeric (dtype {value.dtype})")
+        return value.astype(np.float64).reshape(-1)
+    if isinstance(value, bool | int | float):
+        return np.array([value], dtype=np.float64)
+    if dataclasses.is_dataclass(value):
+        parts = [_flatten(getattr(value, f.name), f"{what}.{f.name}") for f in dataclasses.fields(value)
+                 if not isinstance(getattr(value, f.name), str)]
+        return np.concatenate(parts) if parts else np.zeros(0)
+    if isinstance(value, list | tuple) and all(isinstance(v, int | float) for v in value):
+        return np.asarray(value, dtype=np.float64)
+    raise BagError(f"{what} is not numeric (a {type(value).__name__})")
+
+
+def _observation(msg: Any, src: _Source, where: str) -> np.ndarray | None:
+    """One message -> observation (float64), or None for a reset marker."""
+    if src.obs_field is not None:
+        parts = []
+        for field in src.obs_field:
+            value = msg
+            for name in field.split("."):
+                if not hasattr(value, name):
+                    raise BagError(f"{where}: {src.msgtype} has no field {field!r}")
+                value = getattr(value, name)
+            parts.append(_flatten(value, f"{where}: field {field!r}"))
+        obs = np.concatenate(parts)
+        return obs if obs.size else None
+    if src.msgtype == JOINT_STATE:
+        names = list(msg.name)
+        if not names or (src.reset_marker is not None and msg.header.frame_id == src.reset_marker):
+            return None
+        index = {n: i for i, n in enumerate(names)}
+        joints = src.joints if src.joints is not None else tuple(names)
+        missing = [j for j in joints if j not in index]
+        if missing:
+            raise BagError(f"{where}: joint(s) {missing} missing from the JointState (it has {names})")
+        rows = [index[j] for j in joints]
+        parts = []
+        for name in src.fields:
+            values = np.asarray(getattr(msg, name), dtype=np.float64)
+            if values.size != len(names):
+                raise BagError(f"{where}: JointState has {values.size} {name} values for "
+                               f"{len(names)} joints")
+            parts.append(values[rows])
+        return np.concatenate(parts)
+    # Float32MultiArray / Float64MultiArray stream
+    labels = [d.label for d in msg.layout.dim]
+    data = np.asarray(msg.data)[int(msg.layout.data_offset):]
+    if data.size == 0 or (src.reset_marker is not None and src.reset_marker in labels):
+        return None
+    return data.astype(np.float64)
+
+
+def _check_obs(obs: np.ndarray, state: dict, expected_obs_dim: int | None, where: str) -> None:
+    if expected_obs_dim is not None and obs.size != expected_obs_dim:
+        raise BagError(f"{where}: observation dimension {obs.size}, expected {expected_obs_dim}")
+    if state.get("obs_dim") is None:
+        state["obs_dim"] = obs.size
+    elif obs.size != state["obs_dim"]:
+        raise BagError(f"{where}: observation dimension {obs.size}, earlier observations have "
+                       f"{state['obs_dim']} (inconsistent)")
+    if not np.isfinite(obs).all():
+        raise BagError(f"{where}: observation contains NaN or inf")
+
+
+def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
+              expected_obs_dim: int | None, state: dict) -> list[Episode]:
+    from rosbags.rosbag2 import Reader
+
+    reader = Reader(bag)
+    try:
+        reader.open()
+    except FileNotFoundError:
+        raise
+    except Exception as err:
+        raise BagError(f"{bag}: not a readable rosbag2 bag (corrupt or truncated metadata or "
+                       f"storage: {_one_line(err)})") from None
+    try:
+        topics = {name: info.msgtype or "<mixed types>" for name, info in reader.topics.items()}
+        if topic is None:
+            topic = state.get("topic") or _choose_topic(topics, bag)
+        if topic not in topics:
+            listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
+            raise BagError(f"{bag}: topic {topic!r} not in the bag (topics: {listing})")
+        state["topic"] = topic
+        msgtype = topics[topic]
+        if src_args["obs_field"] is None and msgtype not in STREAM_TYPES:
+            raise BagError(f"{bag}: topic {topic} has type {msgtype}; expected one of "
+                           f"{', '.join(STREAM_TYPES)} (or pass obs_field=...)")
+        src = _Source(msgtype=msgtype, **src_args)
+        conns = [c for c in reader.connections if c.topic == topic]
+        store = _typestore()
+        _register_bag_types(store, conns)
+        if msgtype not in store.fielddefs:
+            raise BagError(f"{bag}: cannot decode message type {msgtype} (no definition in the bag)")
+        custom = read_bag_metadata(bag) if bag.is_dir() else {}
+        base_meta = {"bag": str(bag), "topic": topic}
+        if custom.get("env_id"):
+            base_meta["env_id"] = custom["env_id"]
+        return _episodes(reader, conns, store, src, bag, topic, gap_ns, expected_obs_dim, state,
+                         base_meta)
+    except (BagError, FileNotFoundError):
+        raise
+    except Exception as err:
+        raise BagError(f"{bag}: cannot read messages on {topic} (corrupt or truncated bag? "
+                       f"{_one_line(err)})") from None
+    finally:
+        reader.close()
+
+
+def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, topic: str,
+              gap_ns: int | None, expected_obs_dim: int | None, state: dict,
+              base_meta: dict) -> list[Episode]:
+    episodes: list[Episode] = []
+    current: list[np.ndarray] = []
+    start_index = 0
+    demo_mode: bool | None = None
+    last_t: int | None = None
+
+    def close_episode(index: int) -> None:
+        nonlocal current
+        if not current:
+            return
+        if len(current) < 2:
+            raise BagError(f"{bag}: {topic}: the episode at message {start_index} has 1 observation; "
+                           "an episode needs at least 2 (T+1 >= 2)")
+        obs = np.asarray(current, dtype=np.float64)
+        with np.errstate(over="ignore"):
+            obs32 = obs.astype(np.float32)
+        if not np.isfinite(obs32).all():
+            raise BagError(f"{bag}: {topic}: an observation exceeds the float32 range "
+                           f"(episode at message {start_index})")
+        meta = dict(base_meta, start_message=start_index, messages=index - start_index)
+        episodes.append(Episode(obs32, float("nan"), meta))
+        current = []
+
+    index = 0
+    for index, (_, t, raw) in enumerate(reader.messages(connections=conns)):
+        where = f"{bag}: {topic} message {index}"
+        msg = store.deserialize_cdr(raw, src.msgtype)
+        if src.msgtype == F32_ARRAY and src.obs_field is None:
+            dims = [(d.label, int(d.size), int(d.stride)) for d in msg.layout.dim]
+            is_demo = is_demonstration_layout(dims)
+            if demo_mode is None:
+                demo_mode = is_demo
+            if demo_mode:
+                if not is_demo:
+                    raise BagError(f"{where}: not in the demonstration layout (dims labelled "
+                                   f"{[d[0] for d in dims]}) on a demonstration topic")
+                obs, ret, episode = _parse_demonstration(
+                    dims, int(msg.layout.data_offset), np.asarray(msg.data), where)
+                _check_obs(obs[0], state, expected_obs_dim, where)
+                episodes.append(Episode(obs, ret, dict(base_meta, episode=episode)))
+                continue
+        obs = _observation(msg, src, where)
+        if obs is None:  # reset marker
+            close_episode(index)
+            start_index, last_t = index + 1, None
+            continue
+        _check_obs(obs, state, expected_obs_dim, where)
+        if last_t is not None and gap_ns is not None and t - last_t > gap_ns:
+            close_episode(index)
+            start_index = index
+        current.append(obs)
+        last_t = t
+    close_episode(index + 1)
+    return episodes
+
+
+def read_demonstrations(path: str | Path, *, topic: str | None = None,
+                        obs_field: str | Sequence[str] | None = None,
+                        joints: Sequence[str] | None = None,
+                        fields: Sequence[str] = ("position", "velocity"),
+                        episode_gap_s: float | None = DEFAULT_EPISODE_GAP_S,
+                        reset_marker: str | None = RESET_LABEL,
+                        expected_obs_dim: int | None = None) -> list[Episode]:
+    """State-only episodes from a rosbag2 bag, a storage file, or a folder of bags (module docstring).
+
+    `joints`/`fields` select a JointState observation (joint names in policy order; fields from
+    ``position``, ``velocity``, ``effort``). `episode_gap_s` and `reset_marker` split observation
+    streams into episodes. `expected_obs_dim` checks the observation size. Each Episode's ``meta``
+    names its bag and topic (and ``env_id`` when the bag records one).
+    """
+    if isinstance(obs_field, str):
+        obs_field = (obs_field,)
+    obs_field_t = tuple(obs_field) if obs_field is not None else None
+    if obs_field_t is not None and (not obs_field_t or not all(obs_field_t)):
+        raise BagError(f"obs_field must name at least one field, got {obs_field!r}")
+    fields_t = tuple(fields)
+    if not fields_t or len(set(fields_t)) != len(fields_t) or not set(fields_t) <= set(JOINT_FIELDS):
+        raise BagError(f"fields must be unique names from {JOINT_FIELDS}, got {fields_t}")
+    joints_t = tuple(joints) if joints is not None else None
+    if joints_t is not None and (not joints_t or len(set(joints_t)) != len(joints_t)):
+        raise BagError(f"joints must be non-empty and unique, got {joints_t}")
+    if episode_gap_s is not None and not episode_gap_s > 0:
+        raise BagError(f"episode_gap_s must be positive or None, got {episode_gap_s}")
+    gap_ns = None if episode_gap_s is None or math.isinf(episode_gap_s) else int(episode_gap_s * 1e9)
+    src_args = {"obs_field": obs_field_t, "joints": joints_t, "fields": fields_t,
+                "reset_marker": reset_marker}
+
+    state: dict = {}
+    episodes: list[Episode] = []
+    for bag in _bag_paths(Path(path)):
+        episodes.extend(_read_bag(bag, topic, src_args, gap_ns, expected_obs_dim, state))
+    if not episodes:
+        raise BagError(f"{path}: no episodes on topic {state.get('topic')}")
+    return episodes

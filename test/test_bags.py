@@ -1,0 +1,368 @@
+"""rosbag2 demonstrations: write/read round trips, plain observation streams, errors, `record`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore
+
+from opolo_ros import cli
+from opolo_ros.data import bags
+from opolo_ros.data.bags import BagError, read_bag_metadata, read_demonstrations, write_demonstrations
+from opolo_ros.data.demos import Episode, load_episodes
+
+TS = get_typestore(Stores.ROS2_KILTED)
+F32 = "std_msgs/msg/Float32MultiArray"
+F64 = "std_msgs/msg/Float64MultiArray"
+JS = "sensor_msgs/msg/JointState"
+SEC = 1_000_000_000
+
+
+def _episodes(obs_dim: int = 3, lengths: tuple[int, ...] = (5, 8), seed: int = 0) -> list[Episode]:
+    rng = np.random.default_rng(seed)
+    out = [Episode(rng.normal(size=(n, obs_dim)).astype(np.float32), float(10 * k + 0.25))
+           for k, n in enumerate(lengths)]
+    out[-1].ret = float("nan")  # unknown return survives as NaN
+    return out
+
+
+def _multiarray(msgtype: str, values, labels: tuple[str, ...] | None = None):
+    cls = TS.types[msgtype]
+    dtype = np.float32 if msgtype == F32 else np.float64
+    data = np.asarray(values, dtype=dtype).reshape(-1)
+    if labels is None:
+        labels = ("obs",) if data.size else ()
+    dims = [TS.types["std_msgs/msg/MultiArrayDimension"](label=lab, size=data.size, stride=data.size)
+            for lab in labels]
+    return cls(layout=TS.types["std_msgs/msg/MultiArrayLayout"](dim=dims, data_offset=0), data=data)
+
+
+def _joint_state(names, position, velocity, frame_id: str = ""):
+    header = TS.types["std_msgs/msg/Header"](
+        stamp=TS.types["builtin_interfaces/msg/Time"](sec=0, nanosec=0), frame_id=frame_id)
+    return TS.types[JS](header=header, name=list(names), position=np.asarray(position, dtype=np.float64),
+                        velocity=np.asarray(velocity, dtype=np.float64), effort=np.zeros(0))
+
+
+def _write_stream(path: Path, topics: dict[str, tuple[str, list[tuple[int, object]]]],
+                  storage: str = "mcap") -> Path:
+    """A bag with, per topic, (msgtype, [(timestamp_ns, message), ...])."""
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    with Writer(path, version=9, storage_plugin=plugin) as writer:
+        for topic, (msgtype, msgs) in topics.items():
+            conn = writer.add_connection(topic, msgtype, typestore=TS)
+            for t, msg in msgs:
+                writer.write(conn, t, TS.serialize_cdr(msg, msgtype))
+    return path
+
+
+def _stream(obs: np.ndarray, t0: int = SEC, dt: int = SEC // 100) -> list[tuple[int, object]]:
+    return [(t0 + k * dt, _multiarray(F32, row)) for k, row in enumerate(obs)]
+
+
+# ------------------------------------------------------------------------------ project layout
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_round_trip_exact(tmp_path: Path, storage: str) -> None:
+    eps = _episodes()
+    bag = write_demonstrations(tmp_path / "demos", eps, storage=storage,
+                               metadata={"env_id": "Hopper-v5", "seed": 3, "expert": "hopper.onnx"})
+    got = read_demonstrations(bag)
+    assert len(got) == len(eps)
+    for k, (a, b) in enumerate(zip(eps, got)):
+        assert b.obs.dtype == np.float32 and np.array_equal(a.obs, b.obs)
+        assert b.meta["episode"] == k and b.meta["env_id"] == "Hopper-v5"
+    assert got[0].ret == eps[0].ret and math.isnan(got[1].ret)
+    assert [ep.obs.shape for ep in load_episodes(bag)] == [ep.obs.shape for ep in eps]
+    storage_file = bag / ("demos.mcap" if storage == "mcap" else "demos.db3")  # a bare storage file
+    assert [ep.obs.tolist() for ep in read_demonstrations(storage_file)] == [ep.obs.tolist() for ep in eps]
+    custom = read_bag_metadata(bag)
+    assert custom["env_id"] == "Hopper-v5" and custom["obs_dim"] == "3" and custom["count"] == "2"
+    assert json.loads(custom["returns"]) == [0.25, None]
+    assert custom["seed"] == "3" and custom["expert"] == "hopper.onnx"
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_plain_reader_sees_one_message_per_episode(tmp_path: Path, storage: str) -> None:
+    bag = write_demonstrations(tmp_path / "demos", _episodes(lengths=(3, 4, 5)), storage=storage)
+    with Reader(bag) as reader:
+        assert reader.message_count == 3
+        info = reader.topics[bags.DEMO_TOPIC]
+        assert info.msgtype == F32 and info.msgcount == 3
+        qos = info.connections[0].ext.offered_qos_profiles[0]
+        assert qos.durability.name == "TRANSIENT_LOCAL" and qos.reliability.name == "RELIABLE"
+        stamps, steps = [], []
+        for conn, t, raw in reader.messages():
+            msg = TS.deserialize_cdr(raw, conn.msgtype)
+            stamps.append(t)
+            steps.append(msg.layout.dim[0].size)
+    assert stamps == sorted(stamps) and len(set(stamps)) == 3
+    assert steps == [3, 4, 5]
+
+
+def test_bag_message_decodes_with_ros_decoder(tmp_path: Path) -> None:
+    pytest.importorskip("std_msgs")
+    from rclpy.serialization import deserialize_message
+    from std_msgs.msg import Float32MultiArray
+
+    from opolo_ros.ros import messages
+
+    assert (bags.STEPS_LABEL, bags.OBS_LABEL, bags.EPISODE_LABEL) == (
+        messages.STEPS_LABEL, messages.OBS_LABEL, messages.EPISODE_LABEL)
+    eps = _episodes()
+    bag = write_demonstrations(tmp_path / "demos", eps)
+    with Reader(bag) as reader:
+        raws = [bytes(raw) for _, _, raw in reader.messages()]
+    for k, (ep, raw) in enumerate(zip(eps, raws)):
+        msg = deserialize_message(raw, Float32MultiArray)
+        demo = messages.msg_to_demonstration(msg, obs_dim=3)
+        assert np.array_equal(demo.obs, ep.obs) and demo.episode == k
+        assert demo.episode_return == ep.ret or (math.isnan(demo.episode_return) and math.isnan(ep.ret))
+        # and it is the message the ROS encoder builds (layout and data; CDR padding bytes may differ)
+        ref = messages.demonstration_to_msg(ep.obs, ep.ret, k)
+        assert msg.layout == ref.layout
+        assert np.frombuffer(msg.data, np.float32).tobytes() == np.frombuffer(ref.data, np.float32).tobytes()
+
+
+def test_refuses_to_overwrite(tmp_path: Path) -> None:
+    bag = write_demonstrations(tmp_path / "demos", _episodes())
+    before = sorted(p.name for p in bag.iterdir())
+    with pytest.raises(FileExistsError, match="refusing to overwrite"):
+        write_demonstrations(bag, _episodes(seed=1))
+    assert sorted(p.name for p in bag.iterdir()) == before
+    with pytest.raises(ValueError, match="storage"):
+        write_demonstrations(tmp_path / "other", _episodes(), storage="rosbag1")
+    with pytest.raises(ValueError, match="different observation dimensions"):
+        write_demonstrations(tmp_path / "mixed", [_episodes(3)[0], _episodes(4)[0]])
+    assert not (tmp_path / "other").exists() and not (tmp_path / "mixed").exists()
+
+
+def test_folder_of_bags_merged_in_order(tmp_path: Path) -> None:
+    a, b = _episodes(lengths=(3, 4), seed=1), _episodes(lengths=(5,), seed=2)
+    write_demonstrations(tmp_path / "all" / "run_a", a)
+    write_demonstrations(tmp_path / "all" / "run_b", b, storage="sqlite3")
+    got = read_demonstrations(tmp_path / "all")
+    assert [ep.obs.shape[0] for ep in got] == [3, 4, 5]
+    for want, ep in zip(a + b, got):
+        assert np.array_equal(want.obs, ep.obs)
+    assert got[0].meta["bag"].endswith("run_a") and got[2].meta["bag"].endswith("run_b")
+
+
+# ------------------------------------------------------------------------------ plain streams
+
+def test_float32_stream_split_by_gap_and_reset_marker(tmp_path: Path) -> None:
+    obs = np.arange(20, dtype=np.float32).reshape(10, 2)
+    msgs = _stream(obs[:3])  # episode 1: 3 steps, 10 ms apart
+    msgs += _stream(obs[3:6], t0=2 * SEC)  # 1.98 s gap -> episode 2
+    msgs.append((2 * SEC + 50_000_000, _multiarray(F32, [], labels=())))  # empty message: reset
+    msgs += _stream(obs[6:8], t0=2 * SEC + 60_000_000)  # episode 3, only 10 ms after the marker
+    msgs.append((2 * SEC + 90_000_000, _multiarray(F32, [], labels=("reset",))))  # labelled reset
+    msgs += _stream(obs[8:], t0=2 * SEC + 100_000_000)  # episode 4
+    bag = _write_stream(tmp_path / "stream", {"/observation": (F32, msgs)})
+    got = read_demonstrations(bag)
+    assert [ep.obs.tolist() for ep in got] == [obs[:3].tolist(), obs[3:6].tolist(),
+                                               obs[6:8].tolist(), obs[8:].tolist()]
+    assert all(math.isnan(ep.ret) for ep in got) and got[0].meta["topic"] == "/observation"
+    # without gap splitting, only the markers separate
+    assert [len(ep.obs) for ep in read_demonstrations(bag, episode_gap_s=None)] == [6, 2, 2]
+    # a larger gap threshold keeps the 1.98 s pause inside one episode
+    assert [len(ep.obs) for ep in read_demonstrations(bag, episode_gap_s=5.0)] == [6, 2, 2]
+
+
+def test_float64_stream_and_topic_choice(tmp_path: Path) -> None:
+    obs = np.linspace(-1, 1, 12).reshape(4, 3)
+    msgs = [(SEC + k * SEC // 10, _multiarray(F64, row)) for k, row in enumerate(obs)]
+    other = [(SEC, TS.types["std_msgs/msg/String"](data="hello"))]
+    bag = _write_stream(tmp_path / "f64", {"/state": (F64, msgs), "/chatter": ("std_msgs/msg/String", other)},
+                        storage="sqlite3")
+    (ep,) = read_demonstrations(bag)  # the only observation-like topic is chosen
+    assert np.array_equal(ep.obs, obs.astype(np.float32))
+    (ep,) = read_demonstrations(bag, topic="/state", expected_obs_dim=3)
+    assert ep.obs.shape == (4, 3)
+
+
+def test_joint_state_selection_in_policy_order(tmp_path: Path) -> None:
+    names = ["wrist", "shoulder", "elbow"]  # message order differs from the policy's
+    rng = np.random.default_rng(0)
+    pos, vel = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    msgs = [(SEC + k * SEC // 50, _joint_state(names, pos[k], vel[k])) for k in range(5)]
+    bag = _write_stream(tmp_path / "js", {"/joint_states": (JS, msgs)})
+    order = [1, 2, 0]  # shoulder, elbow, wrist
+    (ep,) = read_demonstrations(bag, joints=["shoulder", "elbow", "wrist"])
+    want = np.concatenate([pos[:, order], vel[:, order]], axis=1).astype(np.float32)
+    assert np.array_equal(ep.obs, want)
+    (ep,) = read_demonstrations(bag, joints=["elbow"], fields=("velocity", "position"))
+    assert np.array_equal(ep.obs, np.stack([vel[:, 2], pos[:, 2]], axis=1).astype(np.float32))
+    # default joints: the first message's order
+    (ep,) = read_demonstrations(bag, fields=("position",))
+    assert np.array_equal(ep.obs, pos.astype(np.float32))
+
+
+def test_joint_state_reset_marker(tmp_path: Path) -> None:
+    names = ["a", "b"]
+    msgs = [(SEC + k * 10_000_000, _joint_state(names, [k, k], [0, 0])) for k in range(3)]
+    msgs.append((SEC + 30_000_000, _joint_state([], [], [], frame_id="reset")))
+    msgs += [(SEC + (k + 4) * 10_000_000, _joint_state(names, [k, -k], [1, 1])) for k in range(2)]
+    bag = _write_stream(tmp_path / "js", {"/joint_states": (JS, msgs)})
+    assert [len(ep.obs) for ep in read_demonstrations(bag, joints=names)] == [3, 2]
+
+
+def test_obs_field_for_other_message_types(tmp_path: Path) -> None:
+    vec = TS.types["geometry_msgs/msg/Vector3"]
+    twist = TS.types["geometry_msgs/msg/Twist"]
+    msgs = [(SEC + k * 10_000_000, twist(linear=vec(x=k, y=1.0, z=2.0), angular=vec(x=0.0, y=0.0, z=-k)))
+            for k in range(3)]
+    bag = _write_stream(tmp_path / "twist", {"/cmd": ("geometry_msgs/msg/Twist", msgs)})
+    with pytest.raises(ValueError, match="obs_field"):
+        read_demonstrations(bag, topic="/cmd")
+    (ep,) = read_demonstrations(bag, topic="/cmd", obs_field=("linear", "angular.z"))
+    assert ep.obs.tolist() == [[0, 1, 2, 0], [1, 1, 2, -1], [2, 1, 2, -2]]
+
+
+# ------------------------------------------------------------------------------------- errors
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    text = str(exc.value)
+    assert "\n" not in text
+    return text
+
+
+def test_error_missing_path_and_not_a_bag(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not found"):
+        read_demonstrations(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_episodes(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="not a rosbag2 bag") as exc:
+        read_demonstrations(tmp_path / "empty")
+    _one_line(exc)
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ValueError, match="not a rosbag2 bag"):
+        read_demonstrations(tmp_path / "notes.txt")
+
+
+def test_error_corrupt_or_truncated_metadata(tmp_path: Path) -> None:
+    bag = write_demonstrations(tmp_path / "demos", _episodes())
+    meta = bag / "metadata.yaml"
+    text = meta.read_text()
+    meta.write_text(text[: len(text) // 3])  # truncated
+    with pytest.raises(ValueError, match="not a readable rosbag2 bag") as exc:
+        read_demonstrations(bag)
+    _one_line(exc)
+    meta.write_text("{{{ not yaml: [")
+    with pytest.raises(ValueError, match="not a readable rosbag2 bag") as exc:
+        read_demonstrations(bag)
+    _one_line(exc)
+    meta.unlink()
+    with pytest.raises(ValueError, match="metadata.yaml is missing"):
+        read_demonstrations(bag)
+
+
+def test_error_truncated_storage(tmp_path: Path) -> None:
+    bag = write_demonstrations(tmp_path / "demos", _episodes(lengths=(50, 50)))
+    data = bag / "demos.mcap"
+    raw = data.read_bytes()
+    data.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ValueError, match="demos") as exc:
+        read_demonstrations(bag)
+    _one_line(exc)
+
+
+def test_error_topic_missing_lists_topics(tmp_path: Path) -> None:
+    bag = write_demonstrations(tmp_path / "demos", _episodes())
+    with pytest.raises(ValueError, match=r"'/expert' not in the bag.*/opolo/demonstrations") as exc:
+        read_demonstrations(bag, topic="/expert")
+    _one_line(exc)
+    both = _write_stream(tmp_path / "two", {"/a": (F32, _stream(np.zeros((2, 2)))),
+                                            "/b": (F32, _stream(np.zeros((2, 2))))})
+    with pytest.raises(ValueError, match=r"several observation topics.*/a .*/b"):
+        read_demonstrations(both)
+
+
+def test_error_wrong_message_type(tmp_path: Path) -> None:
+    msgs = [(SEC, TS.types["std_msgs/msg/String"](data="x"))]
+    bag = _write_stream(tmp_path / "s", {"/text": ("std_msgs/msg/String", msgs)})
+    with pytest.raises(ValueError, match="no demonstration or observation topic.*/text"):
+        read_demonstrations(bag)
+    with pytest.raises(ValueError, match="has type std_msgs/msg/String"):
+        read_demonstrations(bag, topic="/text")
+
+
+def test_error_observation_dimension(tmp_path: Path) -> None:
+    bag = write_demonstrations(tmp_path / "demos", _episodes(obs_dim=3))
+    with pytest.raises(ValueError, match="observation dimension 3, expected 4"):
+        read_demonstrations(bag, expected_obs_dim=4)
+    msgs = _stream(np.zeros((3, 2))) + [(SEC + SEC // 10, _multiarray(F32, [1.0, 2.0, 3.0]))]
+    stream = _write_stream(tmp_path / "stream", {"/obs": (F32, msgs)})
+    with pytest.raises(ValueError, match="message 3: observation dimension 3, earlier .* 2"):
+        read_demonstrations(stream)
+
+
+def test_error_non_finite(tmp_path: Path) -> None:
+    obs = np.zeros((4, 2), dtype=np.float32)
+    obs[2, 1] = np.nan
+    bag = _write_stream(tmp_path / "nan", {"/obs": (F32, _stream(obs))})
+    with pytest.raises(ValueError, match="message 2: observation contains NaN or inf"):
+        read_demonstrations(bag)
+    obs[2, 1] = np.inf
+    bag = _write_stream(tmp_path / "inf", {"/obs": (F64, [(t, _multiarray(F64, m.data))
+                                                           for t, m in _stream(obs)])})
+    with pytest.raises(ValueError, match="NaN or inf"):
+        read_demonstrations(bag)
+
+
+def test_error_joint_missing(tmp_path: Path) -> None:
+    msgs = [(SEC + k * 10_000_000, _joint_state(["a", "b"], [0, 0], [0, 0])) for k in range(3)]
+    bag = _write_stream(tmp_path / "js", {"/joint_states": (JS, msgs)})
+    with pytest.raises(ValueError, match=r"joint\(s\) \['c'\] missing") as exc:
+        read_demonstrations(bag, joints=["a", "c"])
+    _one_line(exc)
+    short = [(SEC + k * 10_000_000, _joint_state(["a", "b"], [0, 0], [])) for k in range(3)]
+    bag = _write_stream(tmp_path / "js2", {"/joint_states": (JS, short)})
+    with pytest.raises(ValueError, match="0 velocity values for 2 joints"):
+        read_demonstrations(bag)
+
+
+def test_error_episode_shorter_than_two_states(tmp_path: Path) -> None:
+    msgs = _stream(np.zeros((3, 2))) + _stream(np.ones((1, 2)), t0=5 * SEC)  # lone state after a gap
+    bag = _write_stream(tmp_path / "short", {"/obs": (F32, msgs)})
+    with pytest.raises(ValueError, match="message 3 has 1 observation; an episode needs at least 2"):
+        read_demonstrations(bag)
+    with pytest.raises(BagError):
+        read_demonstrations(bag, episode_gap_s=-1)
+
+
+# -------------------------------------------------------------------------------------- record
+
+def test_cli_record_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from opolo_ros.algo.networks import Actor
+    from opolo_ros.export.onnx_policy import export_policy
+
+    model = export_policy(Actor(4, 1, (16, 16)), tmp_path / "expert.onnx", action_low=[-3],
+                          action_high=[3], metadata={"env_id": "InvertedPendulum-v5"})
+    out = tmp_path / "demos" / "InvertedPendulum-v5"
+    argv = ["record", "--model", str(model), "--episodes", "2", "--output", str(out), "--seed", "7"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "InvertedPendulum-v5: 2 expert episodes, return" in printed and str(out) in printed
+    eps = load_episodes(out)
+    assert len(eps) == 2 and all(ep.obs.shape[1] == 4 and ep.obs.shape[0] >= 2 for ep in eps)
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.rollout import rollout_episodes
+
+    policy = load_policy(model)
+    direct = rollout_episodes(lambda o: policy(o), "InvertedPendulum-v5", 2, seed=7)
+    for want, ep in zip(direct, eps):  # deterministic: the bag holds exactly the rollout
+        assert np.array_equal(want.obs, ep.obs) and want.ret == ep.ret
+    custom = read_bag_metadata(out)
+    assert custom["env_id"] == "InvertedPendulum-v5" and custom["expert"] == "expert.onnx"
+    assert custom["seed"] == "7" and json.loads(custom["returns"]) == [ep.ret for ep in eps]
+    # a second recording into the same folder is refused with a one-line error, exit 2
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "refusing to overwrite" in err and err.count("\n") == 1
