@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[int, dict[int, tuple[float, float]]] = {}
     for seed in args.seeds:
         run_dir = Path(args.run_root) / f"{base.env_id}_{base.algo}_seed{seed}"
-        cfg = load_run_config(args.config, {**merge_overrides(args.set), "seed": seed, "run_dir": str(run_dir),
-                                            "total_steps": max(args.at), "eval_every": eval_every})
+        overrides = {**merge_overrides(args.set), "seed": seed, "run_dir": str(run_dir),
+                     "total_steps": max(args.at), "eval_every": eval_every}
+        cfg = load_run_config(args.config, overrides)
         train_direct(cfg)
         evals = {int(r["env_step"]): (r["return_mean"], r["return_std"])
                  for r in RunLogger.read_evaluations(run_dir / "eval.csv")}
@@ -46,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| seed | " + " | ".join(f"{a // 1000}k steps" for a in args.at) + " |")
     print("|---" * (len(args.at) + 1) + "|")
     for seed, r in rows.items():
-        print(f"| {seed} | " + " | ".join(f"{r[a][0]:.1f} +- {r[a][1]:.1f}" if a in r else "-" for a in args.at)
-              + " |")
+        cells = [f"{r[a][0]:.1f} +- {r[a][1]:.1f}" if a in r else "-" for a in args.at]
+        print(f"| {seed} | " + " | ".join(cells) + " |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"config": args.config, "set": args.set, "env_id": base.env_id,
