@@ -19,10 +19,10 @@ def test_yaml_and_overrides(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("env_id: Hopper-v5\nopolo:\n  lam: 0.01\n  net: {hidden: [64, 64]}\n"
                  "schedule:\n  batch_size: 256\n")
-    cfg = load_run_config(p, merge_overrides(["opolo.residual_mode=stop_gradient", "seed=3"]))
+    cfg = load_run_config(p, merge_overrides(["opolo.residual_mode=residual", "seed=3"]))
     assert cfg.env_id == "Hopper-v5" and cfg.seed == 3
     assert cfg.opolo.lam == 0.01 and cfg.opolo.net.hidden == (64, 64)
-    assert cfg.opolo.residual_mode == "stop_gradient" and cfg.schedule.batch_size == 256
+    assert cfg.opolo.residual_mode == "residual" and cfg.schedule.batch_size == 256
 
 
 @pytest.mark.parametrize("text,match", [

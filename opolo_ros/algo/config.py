@@ -47,8 +47,9 @@ class OPOLOConfig:
     # Bellman residual clip (released code clips to [0, 100] in the actor term).
     residual_clip: float = 100.0
     # (a) residual: gradient to pi through Q(s', pi(s')) inside the clipped residual (paper /
-    #     AlgaeDICE); stop_gradient: residual carries no policy gradient (released code).
-    residual_mode: ResidualMode = "residual"
+    #     AlgaeDICE); stop_gradient: residual carries no policy gradient (released code). The
+    #     default is the one that measured better (BENCHMARKS.md, "Residual gradient").
+    residual_mode: ResidualMode = "stop_gradient"
     # (b) ignore: no (1 - done) mask (released code); terminal: mask true terminations only,
     #     time-limit truncation bootstraps.
     done_mode: DoneMode = "terminal"
