@@ -110,6 +110,12 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_launch(args: argparse.Namespace) -> int:
+    from opolo_ros.launch_runner import launch_command
+
+    return launch_command(args.name, args.arguments, show_args=args.show_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opolo-ros", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -160,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="whether the expert sees the time feature (auto: the model's metadata); "
                           "the bag stores the env's observations without it")
     rec.set_defaults(func=cmd_record)
+
+    la = sub.add_parser("launch", help="run a launch file's node graph in one process (without ros2 launch)")
+    la.add_argument("name", help="launch file: sim_train, record_expert, deploy (or a path)")
+    la.add_argument("arguments", nargs="*", metavar="arg:=value", help="launch arguments")
+    la.add_argument("-s", "--show-args", dest="show_args", action="store_true",
+                    help="list the launch file's arguments and exit")
+    la.set_defaults(func=cmd_launch)
     return p
 
 

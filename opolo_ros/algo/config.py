@@ -27,6 +27,12 @@ class NetworkConfig:
     hidden: tuple[int, ...] = (400, 300)
     disc_hidden: tuple[int, ...] = (256, 256)
     inverse_hidden: tuple[int, ...] = (256, 256)
+    # How the updates run; the maths is the same either way (bench/, test/test_speed_equivalence.py).
+    # Adam as one fused kernel per step (torch `fused=True`); false: the multi-tensor `foreach` one.
+    fused_adam: bool = True
+    # torch.compile the critic and policy loss graphs (forward + backward): pays only on long runs
+    # (about a minute of compilation); any compile error falls back to eager with a warning.
+    compile: bool = False
 
 
 @dataclass

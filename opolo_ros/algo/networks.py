@@ -93,10 +93,18 @@ class TwinCritic(nn.Module):
             self.biases.append(nn.Parameter(b))
         self.n = n
 
-    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, act: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
+        """Q_j(obs, act) for every critic j, shape [n, batch].
+
+        With `detach_params` the parameters enter as constants: gradients reach `obs`/`act` only
+        (the policy step), and no weight gradient is computed or stored.
+        """
+        ws, bs = list(self.weights), list(self.biases)
+        if detach_params:
+            ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
         x = torch.cat([obs, act], dim=-1).unsqueeze(0).expand(self.n, -1, -1)
-        last = len(self.weights) - 1
-        for k, (w, b) in enumerate(zip(self.weights, self.biases)):
+        last = len(ws) - 1
+        for k, (w, b) in enumerate(zip(ws, bs)):
             x = torch.baddbmm(b, x, w)
             if k < last:
                 x = torch.relu(x)

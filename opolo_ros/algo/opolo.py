@@ -48,10 +48,13 @@ class OPOLOLearner(Checkpointable):
         self.disc = Discriminator(obs_dim, net.disc_hidden, cfg.normalize_disc, cfg.norm_std_floor)
         self.inverse = InverseModel(obs_dim, act_dim, net.inverse_hidden, cfg.normalize_inverse,
                                     cfg.norm_std_floor)
-        self.actor_opt = make_adam(self.actor.parameters(), cfg.lr)
-        self.critic_opt = make_adam(self.critic.parameters(), cfg.lr)
-        self.disc_opt = make_adam(self.disc.parameters(), cfg.disc_lr)
-        self.inverse_opt = make_adam(self.inverse.parameters(), cfg.inverse_lr)
+        self.actor_opt = make_adam(self.actor.parameters(), cfg.lr, net.fused_adam)
+        self.critic_opt = make_adam(self.critic.parameters(), cfg.lr, net.fused_adam)
+        self.disc_opt = make_adam(self.disc.parameters(), cfg.disc_lr, net.fused_adam)
+        self.inverse_opt = make_adam(self.inverse.parameters(), cfg.inverse_lr, net.fused_adam)
+        # The loss graphs, eager or compiled (NetworkConfig.compile).
+        self._critic_loss = self.critic_loss
+        self._actor_objective = self.actor_objective
         self._inverse_weights = [m.weight for m in self.inverse.net if isinstance(m, torch.nn.Linear)]
         self.critic_steps = 0
         self.actor_steps = 0
@@ -101,75 +104,110 @@ class OPOLOLearner(Checkpointable):
     def update_critic(self, batch: Transitions) -> dict[str, torch.Tensor]:
         return self._critic_step(batch)[0]
 
-    def _critic_step(self, batch: Transitions
-                     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Critic update; also returns (r, mask, Q(s, a)) for the policy step on the same batch."""
+    def critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor,
+                    mask: torch.Tensor, a_obs: torch.Tensor, a_next: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Critic loss given pi(s) and pi(s') (no gradient); returns (loss, r, Q(s, a) detached).
+
+        The replay states double as the virtual initial states s0 = s.
+        """
         cfg = self.cfg
-        b = batch.obs.shape[0]
-        mask = done_mask(batch, cfg.done_mode)
+        b = obs.shape[0]
         with torch.no_grad():
-            r = self.reward(batch.obs, batch.next_obs)
-            # pi(s') and pi(s0) in one forward; s0 = s (virtual initial states).
-            a_pi = self.actor(torch.cat([batch.next_obs, batch.obs]))
-            next_q = self.critic_target(batch.next_obs, a_pi[:b]).min(0).values
+            r = self.reward(obs, next_obs)
+            next_q = self.critic_target(next_obs, a_next).min(0).values
             target = losses.bellman_target(r, next_q, mask, cfg.gamma)
-        q = self.critic(torch.cat([batch.obs, batch.obs]), torch.cat([batch.action, a_pi[b:]]))
+        q = self.critic(torch.cat([obs, obs]), torch.cat([action, a_obs]))
         q_sa, q_init = q[:, :b], q[:, b:]
         loss = losses.dice_critic_loss(q_sa, target, q_init, cfg.alpha, cfg.gamma, cfg.f_q)
+        return loss, r, q_sa.detach()
+
+    def _critic_step(self, batch: Transitions,
+                     a_pi: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Critic update; also returns (r, mask, Q(s, a)) for the policy step on the same batch.
+
+        `a_pi` = (pi(s), pi(s')) without gradient, if the caller has them already.
+        """
+        b = batch.obs.shape[0]
+        mask = done_mask(batch, self.cfg.done_mode)
+        if a_pi is None:
+            with torch.no_grad():
+                a = self.actor(torch.cat([batch.obs, batch.next_obs]))  # pi(s0 = s) and pi(s')
+            a_pi = (a[:b], a[b:])
+        loss, r, q_sa = self._critic_loss(batch.obs, batch.action, batch.next_obs, mask, *a_pi)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()
         self.critic_steps += 1
-        metrics = {"critic/loss": loss.detach(), "critic/q": q_sa.detach().mean(), "reward/mean": r.mean()}
-        return metrics, (r, mask, q_sa.detach())
+        metrics = {"critic/loss": loss.detach(), "critic/q": q_sa.mean(), "reward/mean": r.mean()}
+        return metrics, (r, mask, q_sa)
+
+    def _actor_rows(self, batch: Transitions, expert: StatePairs | None) -> list[torch.Tensor]:
+        """States the policy loss evaluates pi on, in order: s, s' (residual mode), s_E (lam > 0)."""
+        parts = [batch.obs]
+        if self.cfg.residual_mode == "residual":
+            parts.append(batch.next_obs)
+        if self.cfg.lam > 0 and expert is not None:
+            parts.append(expert.obs)
+        return parts
 
     def actor_loss(self, batch: Transitions, expert: StatePairs | None,
-                   cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Policy loss (to minimise). `cached` = (r, mask, Q(s, a)) from the critic step, else recomputed."""
+                   cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                   a_all: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Policy loss (to minimise). `cached` = (r, mask, Q(s, a)) from the critic step, else recomputed;
+        `a_all` = pi of `_actor_rows` (with gradient), else computed here."""
         cfg = self.cfg
         b = batch.obs.shape[0]
         use_reg = cfg.lam > 0 and expert is not None
         residual_grad = cfg.residual_mode == "residual"
-        parts = [batch.obs]
-        if residual_grad:
-            parts.append(batch.next_obs)
-        if use_reg:
-            parts.append(expert.obs)
-        a_all = self.actor(torch.cat(parts))
-        n_q = 2 * b if residual_grad else b
-        q_all = self.critic(torch.cat(parts)[:n_q], a_all[:n_q])
-        q_init = q_all[:, :b]
-        residual = None
-        if residual_grad:
-            if cached is None:
-                with torch.no_grad():
-                    r = self.reward(batch.obs, batch.next_obs)
-                    q_sa = self.critic(batch.obs, batch.action)
-                cached = (r, done_mask(batch, cfg.done_mode), q_sa)
-            r, mask, q_sa = cached
-            residual = r + cfg.gamma * mask * q_all[:, b:2 * b] - q_sa
-        loss = losses.dice_actor_loss(q_init, cfg.alpha, cfg.gamma, residual, cfg.f_q, cfg.residual_clip)
-        metrics = {"actor/dice_loss": loss.detach()}
-        if use_reg:
+        x = torch.cat(self._actor_rows(batch, expert))
+        if a_all is None:
+            a_all = self.actor(x)
+        if residual_grad and cached is None:
             with torch.no_grad():
-                a_inv = self.inverse(expert.obs, expert.next_obs)
-            reg = losses.inverse_regulariser(a_all[n_q:], a_inv, cfg.lam)
-            loss = loss + reg
-            metrics["actor/inverse_reg"] = reg.detach()
+                cached = (self.reward(batch.obs, batch.next_obs), done_mask(batch, cfg.done_mode),
+                          self.critic(batch.obs, batch.action))
+        r, mask, q_sa = cached if residual_grad else (None, None, None)
+        e_obs, e_next = (expert.obs, expert.next_obs) if use_reg else (None, None)
+        loss, dice, reg = self._actor_objective(x, a_all, b, r, mask, q_sa, e_obs, e_next)
+        metrics = {"actor/dice_loss": dice}
+        if reg is not None:
+            metrics["actor/inverse_reg"] = reg
         return loss, metrics
 
+    def actor_objective(self, x: torch.Tensor, a_all: torch.Tensor, b: int, r: torch.Tensor | None,
+                        mask: torch.Tensor | None, q_sa: torch.Tensor | None,
+                        e_obs: torch.Tensor | None, e_next: torch.Tensor | None
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Policy loss from pi of the rows `x` (see `_actor_rows`); returns (loss, DICE part, P_I part).
+
+        The critic enters with detached parameters: the gradient reaches the policy only.
+        """
+        cfg = self.cfg
+        n_q = 2 * b if q_sa is not None else b
+        q_all = self.critic(x[:n_q], a_all[:n_q], detach_params=True)
+        residual = None
+        if q_sa is not None:  # residual mode: delta_j = r + gamma Q_j(s', pi(s')) - Q_j(s, a)
+            residual = r + cfg.gamma * mask * q_all[:, b:] - q_sa
+        loss = losses.dice_actor_loss(q_all[:, :b], cfg.alpha, cfg.gamma, residual, cfg.f_q,
+                                      cfg.residual_clip)
+        dice, reg = loss.detach(), None
+        if e_obs is not None:
+            with torch.no_grad():
+                a_inv = self.inverse(e_obs, e_next)
+            reg = losses.inverse_regulariser(a_all[n_q:], a_inv, cfg.lam)
+            loss = loss + reg
+            reg = reg.detach()
+        return loss, dice, reg
+
     def update_actor(self, batch: Transitions, expert: StatePairs | None,
-                     cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-                     ) -> dict[str, torch.Tensor]:
-        self.critic.requires_grad_(False)
-        try:
-            loss, metrics = self.actor_loss(batch, expert, cached)
-            self.actor_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.actor_opt.step()
-        finally:
-            self.critic.requires_grad_(True)
+                     cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                     a_all: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        loss, metrics = self.actor_loss(batch, expert, cached, a_all)
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
         self.actor_steps += 1
         soft_update(self.critic_target, self.critic, self.cfg.tau)
         return metrics
@@ -179,11 +217,21 @@ class OPOLOLearner(Checkpointable):
         """One critic step, and a policy + target step every `policy_delay` critic steps.
 
         The policy step reuses r and Q(s, a) of the critic step (values before the critic's update),
-        which saves a D and a critic forward per policy step.
+        which saves a D and a critic forward per policy step; and the critic step takes pi(s), pi(s')
+        from the policy step's forward (the policy does not change in between), which saves a policy
+        forward. Same updates as `update_critic` then `update_actor(batch, expert, cached)`.
         """
-        metrics, cached = self._critic_step(batch)
-        if self.critic_steps % policy_delay == 0:
-            metrics.update(self.update_actor(batch, expert, cached))
+        if (self.critic_steps + 1) % policy_delay:
+            return self._critic_step(batch)[0]
+        b = batch.obs.shape[0]
+        a_all = self.actor(torch.cat(self._actor_rows(batch, expert)))
+        if self.cfg.residual_mode == "residual":
+            a_pi = (a_all[:b].detach(), a_all[b:2 * b].detach())
+        else:
+            with torch.no_grad():
+                a_pi = (a_all[:b].detach(), self.actor(batch.next_obs))
+        metrics, cached = self._critic_step(batch, a_pi)
+        metrics.update(self.update_actor(batch, expert, cached, a_all))
         return metrics
 
     # ------------------------------------------------------------------ acting / state
