@@ -54,3 +54,10 @@ def test_ros_parameter_file_gives_the_learner_section(tmp_path):
                  "sim_bridge:\n  ros__parameters:\n    seed: 99\n    realtime: false\n")
     cfg = load_run_config(p)
     assert (cfg.env_id, cfg.seed, cfg.opolo.lam) == ("Hopper-v5", 4, 0.01)  # node-only keys ignored
+
+
+def test_exponent_without_dot_is_a_number(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("opolo:\n  lr: 1e-4\n")
+    assert load_run_config(p, merge_overrides(["opolo.disc_lr=3e-5"])).opolo.lr == 1e-4
+    assert load_run_config(p, merge_overrides(["opolo.disc_lr=3e-5"])).opolo.disc_lr == 3e-5
