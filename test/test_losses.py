@@ -41,13 +41,19 @@ def test_bernoulli_entropy_and_discriminator_loss():
 
 
 def test_gradient_penalty_of_a_linear_discriminator():
-    def disc(s, s2):  # D = 3 s + 4 s2: |grad| = 5 everywhere -> (5 - 1)^2 = 16
-        return 3 * s[:, 0] + 4 * s2[:, 0]
+    def disc(x):  # D = 3 x0 + 4 x1: |grad| = 5 everywhere -> (5 - 1)^2 = 16
+        return 3 * x[:, 0] + 4 * x[:, 1]
 
-    e = (torch.randn(5, 1), torch.randn(5, 1))
-    p = (torch.randn(5, 1), torch.randn(5, 1))
-    gp = losses.gradient_penalty(disc, e, p, torch.rand(5, 1))
+    gp = losses.gradient_penalty(disc, torch.randn(5, 2), torch.randn(5, 2), torch.rand(5, 1))
     assert gp.item() == pytest.approx(16.0, rel=1e-6)
+
+
+def test_gradient_penalty_is_zero_for_a_unit_gradient_and_differentiable():
+    w = torch.tensor([0.6, 0.8], requires_grad=True)
+    gp = losses.gradient_penalty(lambda x: x @ w, torch.randn(4, 2), torch.randn(4, 2), torch.rand(4, 1))
+    assert gp.item() == pytest.approx(0.0, abs=1e-10)
+    gp.backward()
+    assert w.grad is not None
 
 
 def test_inverse_model_loss_mse_plus_l2():

@@ -53,17 +53,15 @@ def discriminator_loss(expert_logits: torch.Tensor, policy_logits: torch.Tensor,
     return bce_e + bce_p - entropy_coef * entropy
 
 
-def gradient_penalty(disc: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                     expert: tuple[torch.Tensor, torch.Tensor],
-                     policy: tuple[torch.Tensor, torch.Tensor],
-                     eps: torch.Tensor) -> torch.Tensor:
-    """mean((|grad_x D(x)| - 1)^2) at x = eps * expert + (1 - eps) * policy (WGAN-GP / DAC)."""
-    s = (eps * expert[0] + (1 - eps) * policy[0]).requires_grad_(True)
-    s2 = (eps * expert[1] + (1 - eps) * policy[1]).requires_grad_(True)
-    out = disc(s, s2)
-    gs, gs2 = torch.autograd.grad(out.sum(), (s, s2), create_graph=True)
-    norm = torch.cat([gs, gs2], dim=-1).norm(dim=-1)
-    return (norm - 1.0).pow(2).mean()
+def gradient_penalty(disc: Callable[[torch.Tensor], torch.Tensor], expert: torch.Tensor,
+                     policy: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """mean((|grad_x D(x)| - 1)^2) at x = eps * expert + (1 - eps) * policy (WGAN-GP / DAC).
+
+    `expert`/`policy` are D's (normalised, concatenated) inputs; `disc` maps them to logits.
+    """
+    x = (eps * expert + (1 - eps) * policy).detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(disc(x).sum(), x, create_graph=True)
+    return (grad.norm(dim=-1) - 1.0).pow(2).mean()
 
 
 def inverse_model_loss(pred: torch.Tensor, action: torch.Tensor,

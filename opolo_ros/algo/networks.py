@@ -1,9 +1,9 @@
 """Networks: policy, fused twin critic, discriminator D(s, s'), inverse action model P_I(s, s').
 
-The twin critic is one module holding both Q networks as stacked weights and evaluating them with
-batched matrix multiplies: one kernel per layer for both critics instead of two, and one parameter
-group for the optimiser. Actions inside the learner live in [-1, 1] (the tanh range); scaling to the
-environment's bounds happens at the environment boundary and inside the exported ONNX graph.
+The twin critic is one module holding both Q networks as stacked weights: one parameter group for
+the optimiser and one Polyak update for both. Actions inside the learner live in [-1, 1] (the tanh
+range); scaling to the environment's bounds happens at the environment boundary and inside the
+exported ONNX graph.
 """
 
 from __future__ import annotations
@@ -75,7 +75,13 @@ class Actor(nn.Module):
 
 
 class TwinCritic(nn.Module):
-    """Two Q(s, a) MLPs evaluated together with `baddbmm`; returns shape [2, batch]."""
+    """Two Q(s, a) MLPs held as stacked weights ([n, in, out], [n, 1, out]); returns shape [n, batch].
+
+    One parameter group for the optimiser and one Polyak update for both critics. The forward pass
+    runs one `addmm` per layer and critic on views of the stacked weights: on CPU at these sizes
+    (batch 100-400, [400, 300]) MKL's plain GEMM is faster than its batched `baddbmm`, mostly in
+    the backward pass (bench/profile_update.py).
+    """
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n: int = 2) -> None:
         super().__init__()
@@ -93,8 +99,9 @@ class TwinCritic(nn.Module):
             self.biases.append(nn.Parameter(b))
         self.n = n
 
-    def forward(self, obs: torch.Tensor, act: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
-        """Q_j(obs, act) for every critic j, shape [n, batch].
+    def forward(self, obs: torch.Tensor, act: torch.Tensor, detach_params: bool = False,
+                first: int | None = None) -> torch.Tensor:
+        """Q_j(obs, act) for every critic j (or the `first` ones only), shape [n, batch].
 
         With `detach_params` the parameters enter as constants: gradients reach `obs`/`act` only
         (the policy step), and no weight gradient is computed or stored.
@@ -102,27 +109,44 @@ class TwinCritic(nn.Module):
         ws, bs = list(self.weights), list(self.biases)
         if detach_params:
             ws, bs = [w.detach() for w in ws], [b.detach() for b in bs]
-        x = torch.cat([obs, act], dim=-1).unsqueeze(0).expand(self.n, -1, -1)
+        x = torch.cat([obs, act], dim=-1)
+        per_w = [w.unbind(0) for w in ws]
+        per_b = [b.unbind(0) for b in bs]
         last = len(ws) - 1
-        for k, (w, b) in enumerate(zip(ws, bs)):
-            x = torch.baddbmm(b, x, w)
-            if k < last:
-                x = torch.relu(x)
-        return x.squeeze(-1)
+        outs = []
+        for j in range(self.n if first is None else first):
+            h = x
+            for k in range(last + 1):
+                h = torch.addmm(per_b[k][j], h, per_w[k][j])
+                if k < last:
+                    h = h.relu_()  # in place: addmm's backward does not need its output
+            outs.append(h)
+        return torch.cat(outs, dim=-1).T
 
 
 class Discriminator(nn.Module):
-    """D(s, s') as a logit; inputs optionally normalised with statistics of expert batches."""
+    """D(s, s') as a logit; inputs optionally normalised with statistics of expert batches.
+
+    `inputs` (normalisation) and `logits` (the network) are separate so that the gradient penalty
+    acts in normalised input space: a unit-gradient constraint on raw states would cap how fast
+    the logit can change across the small state differences that separate expert from agent.
+    """
 
     def __init__(self, obs_dim: int, hidden: Sequence[int], normalize: bool, std_floor: float) -> None:
         super().__init__()
         self.norm = RunningNorm(obs_dim, std_floor) if normalize else None
         self.net = mlp(2 * obs_dim, hidden, 1, act=nn.Tanh)
 
-    def forward(self, s: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+    def inputs(self, s: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
         if self.norm is not None:
             s, s2 = self.norm(s), self.norm(s2)
-        return self.net(torch.cat([s, s2], dim=-1)).squeeze(-1)
+        return torch.cat([s, s2], dim=-1)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).squeeze(-1)
+
+    def forward(self, s: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
+        return self.logits(self.inputs(s, s2))
 
 
 class InverseModel(nn.Module):

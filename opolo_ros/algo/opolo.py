@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from opolo_ros.algo import losses
-from opolo_ros.algo.base import Checkpointable, make_adam
+from opolo_ros.algo.base import Checkpointable, LossGraph, make_adam
 from opolo_ros.algo.batch import StatePairs, Transitions
 from opolo_ros.algo.config import OPOLOConfig
 from opolo_ros.algo.networks import Actor, Discriminator, InverseModel, TwinCritic, soft_update
@@ -52,9 +52,7 @@ class OPOLOLearner(Checkpointable):
         self.critic_opt = make_adam(self.critic.parameters(), cfg.lr, net.fused_adam)
         self.disc_opt = make_adam(self.disc.parameters(), cfg.disc_lr, net.fused_adam)
         self.inverse_opt = make_adam(self.inverse.parameters(), cfg.inverse_lr, net.fused_adam)
-        # The loss graphs, eager or compiled (NetworkConfig.compile).
-        self._critic_loss = self.critic_loss
-        self._actor_objective = self.actor_objective
+        self._critic_graph = LossGraph(self.critic_loss, cfg.compile_critic, "OPOLO critic loss")
         self._inverse_weights = [m.weight for m in self.inverse.net if isinstance(m, torch.nn.Linear)]
         self.critic_steps = 0
         self.actor_steps = 0
@@ -67,14 +65,13 @@ class OPOLOLearner(Checkpointable):
         cfg = self.cfg
         if self.disc.norm is not None:  # statistics of expert states only (released code)
             self.disc.norm.update(torch.cat([expert.obs, expert.next_obs]))
-        e_logits = self.disc(expert.obs, expert.next_obs)
-        p_logits = self.disc(policy.obs, policy.next_obs)
+        x_e = self.disc.inputs(expert.obs, expert.next_obs)
+        x_p = self.disc.inputs(policy.obs, policy.next_obs)
+        e_logits, p_logits = self.disc.logits(x_e), self.disc.logits(x_p)
         loss = losses.discriminator_loss(e_logits, p_logits, cfg.disc_entropy_coef)
-        if cfg.disc_gp_coef > 0:
-            eps = torch.rand(expert.obs.shape[0], 1)
-            gp = losses.gradient_penalty(self.disc, (expert.obs, expert.next_obs),
-                                         (policy.obs, policy.next_obs), eps)
-            loss = loss + cfg.disc_gp_coef * gp
+        if cfg.disc_gp_coef > 0:  # in normalised input space (see Discriminator)
+            eps = torch.rand(x_e.shape[0], 1)
+            loss = loss + cfg.disc_gp_coef * losses.gradient_penalty(self.disc.logits, x_e, x_p, eps)
         self.disc_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.disc_opt.step()
@@ -135,9 +132,8 @@ class OPOLOLearner(Checkpointable):
             with torch.no_grad():
                 a = self.actor(torch.cat([batch.obs, batch.next_obs]))  # pi(s0 = s) and pi(s')
             a_pi = (a[:b], a[b:])
-        loss, r, q_sa = self._critic_loss(batch.obs, batch.action, batch.next_obs, mask, *a_pi)
-        self.critic_opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, r, q_sa = self._critic_graph.backward(self.critic_opt, batch.obs, batch.action,
+                                                    batch.next_obs, mask, *a_pi)
         self.critic_opt.step()
         self.critic_steps += 1
         metrics = {"critic/loss": loss.detach(), "critic/q": q_sa.mean(), "reward/mean": r.mean()}
@@ -156,7 +152,7 @@ class OPOLOLearner(Checkpointable):
                    cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
                    a_all: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Policy loss (to minimise). `cached` = (r, mask, Q(s, a)) from the critic step, else recomputed;
-        `a_all` = pi of `_actor_rows` (with gradient), else computed here."""
+        `a_all` = pi of the `_actor_rows` states (with gradient), else computed here."""
         cfg = self.cfg
         b = batch.obs.shape[0]
         use_reg = cfg.lam > 0 and expert is not None
@@ -164,42 +160,27 @@ class OPOLOLearner(Checkpointable):
         x = torch.cat(self._actor_rows(batch, expert))
         if a_all is None:
             a_all = self.actor(x)
-        if residual_grad and cached is None:
-            with torch.no_grad():
-                cached = (self.reward(batch.obs, batch.next_obs), done_mask(batch, cfg.done_mode),
-                          self.critic(batch.obs, batch.action))
-        r, mask, q_sa = cached if residual_grad else (None, None, None)
-        e_obs, e_next = (expert.obs, expert.next_obs) if use_reg else (None, None)
-        loss, dice, reg = self._actor_objective(x, a_all, b, r, mask, q_sa, e_obs, e_next)
-        metrics = {"actor/dice_loss": dice}
-        if reg is not None:
-            metrics["actor/inverse_reg"] = reg
-        return loss, metrics
-
-    def actor_objective(self, x: torch.Tensor, a_all: torch.Tensor, b: int, r: torch.Tensor | None,
-                        mask: torch.Tensor | None, q_sa: torch.Tensor | None,
-                        e_obs: torch.Tensor | None, e_next: torch.Tensor | None
-                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Policy loss from pi of the rows `x` (see `_actor_rows`); returns (loss, DICE part, P_I part).
-
-        The critic enters with detached parameters: the gradient reaches the policy only.
-        """
-        cfg = self.cfg
-        n_q = 2 * b if q_sa is not None else b
+        n_q = 2 * b if residual_grad else b
+        # The critic's parameters enter as constants: the gradient reaches the policy only.
         q_all = self.critic(x[:n_q], a_all[:n_q], detach_params=True)
         residual = None
-        if q_sa is not None:  # residual mode: delta_j = r + gamma Q_j(s', pi(s')) - Q_j(s, a)
+        if residual_grad:
+            if cached is None:
+                with torch.no_grad():
+                    cached = (self.reward(batch.obs, batch.next_obs), done_mask(batch, cfg.done_mode),
+                              self.critic(batch.obs, batch.action))
+            r, mask, q_sa = cached
             residual = r + cfg.gamma * mask * q_all[:, b:] - q_sa
         loss = losses.dice_actor_loss(q_all[:, :b], cfg.alpha, cfg.gamma, residual, cfg.f_q,
                                       cfg.residual_clip)
-        dice, reg = loss.detach(), None
-        if e_obs is not None:
+        metrics = {"actor/dice_loss": loss.detach()}
+        if use_reg:
             with torch.no_grad():
-                a_inv = self.inverse(e_obs, e_next)
+                a_inv = self.inverse(expert.obs, expert.next_obs)
             reg = losses.inverse_regulariser(a_all[n_q:], a_inv, cfg.lam)
             loss = loss + reg
-            reg = reg.detach()
-        return loss, dice, reg
+            metrics["actor/inverse_reg"] = reg.detach()
+        return loss, metrics
 
     def update_actor(self, batch: Transitions, expert: StatePairs | None,
                      cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
