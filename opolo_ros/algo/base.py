@@ -1,7 +1,10 @@
-"""What every learner shares: Adam (fused or foreach kernels), and checkpointable state."""
+"""What every learner shares: Adam (fused or foreach kernels), loss graphs that may be compiled,
+and checkpointable state."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +20,45 @@ def make_adam(params: Any, lr: float, fused: bool = True) -> torch.optim.Adam:
         except (RuntimeError, ValueError, TypeError):
             pass
     return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+class LossGraph:
+    """A loss function run eagerly or through `torch.compile`, with its backward pass.
+
+    `fn(*args)` returns a tuple whose first item is the scalar loss. With `compile`, the first call
+    compiles forward and backward (tens of seconds on CPU); if compiling or running the compiled
+    graph fails, a warning is issued and the eager function is used from then on. The arguments
+    must not carry autograd history, so that a failed attempt can be repeated eagerly.
+    """
+
+    def __init__(self, fn: Callable[..., tuple], compile: bool = False, name: str = "loss") -> None:
+        self.fn, self.name = fn, name
+        self.compiled: Callable[..., tuple] | None = None
+        if compile:
+            try:
+                self.compiled = torch.compile(fn, dynamic=False)
+            except Exception as exc:  # e.g. no compiler toolchain on this platform
+                self._give_up(exc)
+
+    def _give_up(self, exc: Exception) -> None:
+        warnings.warn(f"torch.compile of the {self.name} failed, running it eagerly: "
+                      f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=3)
+        self.compiled = None
+
+    def backward(self, optimizer: torch.optim.Optimizer, *args: Any) -> tuple:
+        """Evaluate the loss, zero `optimizer`'s gradients and backpropagate; returns fn's outputs."""
+        if self.compiled is not None:
+            try:
+                out = self.compiled(*args)
+                optimizer.zero_grad(set_to_none=True)
+                out[0].backward()
+                return out
+            except Exception as exc:
+                self._give_up(exc)
+        out = self.fn(*args)
+        optimizer.zero_grad(set_to_none=True)
+        out[0].backward()
+        return out
 
 
 class Checkpointable:

@@ -28,8 +28,8 @@ class TD3Learner(Checkpointable):
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = TwinCritic(obs_dim, act_dim, cfg.net.hidden)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_opt = make_adam(self.actor.parameters(), cfg.lr)
-        self.critic_opt = make_adam(self.critic.parameters(), cfg.lr)
+        self.actor_opt = make_adam(self.actor.parameters(), cfg.lr, cfg.net.fused_adam)
+        self.critic_opt = make_adam(self.critic.parameters(), cfg.lr, cfg.net.fused_adam)
         self.critic_steps = 0
         self.actor_steps = 0
 
@@ -50,14 +50,12 @@ class TD3Learner(Checkpointable):
         return {"critic/loss": loss.detach(), "critic/q": q_sa.detach().mean()}
 
     def update_actor(self, batch: Transitions) -> dict[str, torch.Tensor]:
-        self.critic.requires_grad_(False)
-        try:
-            loss = losses.td3_actor_loss(self.critic(batch.obs, self.actor(batch.obs))[0])
-            self.actor_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.actor_opt.step()
-        finally:
-            self.critic.requires_grad_(True)
+        # Q_1 only, with the critic's parameters as constants: the gradient reaches the policy only.
+        q1 = self.critic(batch.obs, self.actor(batch.obs), detach_params=True, first=1)[0]
+        loss = losses.td3_actor_loss(q1)
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
         self.actor_steps += 1
         soft_update(self.critic_target, self.critic, self.cfg.tau)
         soft_update(self.actor_target, self.actor, self.cfg.tau)
