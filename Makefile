@@ -38,8 +38,10 @@ $(STAMP): requirements.txt requirements-ros.txt setup.py
 	for item in package.xml launch config models; do ln -sfn "$(CURDIR)/$$item" "$(SHARE)/$$item"; done
 	touch $@
 
+# OPOLO through the ROS 2 node graph (sim_bridge + actor + learner + demo_player, one process);
+# ARGS are launch arguments, e.g. ARGS="seed:=1 total_steps:=5000".
 train: .venv
-	$(VENV)/bin/opolo-ros train --config $(CONFIG) $(ARGS)
+	$(VENV)/bin/opolo-ros launch sim_train params_file:=$(CONFIG) $(ARGS)
 
 test: .venv
 	$(VENV)/bin/python -m pytest -q test $(PYTEST_ARGS)

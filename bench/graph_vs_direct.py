@@ -1,0 +1,256 @@
+"""The ROS graph against the direct loop: throughput at the same update ratio, and learning parity.
+
+The graph is ``launch/sim_train.launch.py``'s node list composed in one process (what
+``opolo-ros launch sim_train`` runs: sim_bridge + actor + learner + demo_player, one executor,
+real DDS on an isolated domain); the direct loop is ``DirectTrainer`` (env -> actor -> replay ->
+schedule -> learner in one thread). Both use the same parameter file, seed and schedule.
+
+throughput
+    Each system is built and run past the warm-up and the inverse-model pre-training (not timed),
+    then timed for ``--steps`` env steps per round, the systems taking turns in a rotating order
+    within each of ``--rounds`` rounds, so background load spreads over all. Systems: ``direct``;
+    ``graph`` with the parameter file's ``max_ahead``; ``graph_strict`` with ``max_ahead: 0``
+    (the bridge alternates with the learner). Each graph runs on its own ROS domain. A graph is
+    paused between its rounds by not spinning its executor. Steps/s of a graph = transitions its
+    learner consumed (and trained on) per second.
+
+        .venv/bin/python bench/graph_vs_direct.py throughput --steps 2000 --rounds 3 \
+            --json bench/graph_vs_direct_throughput.json
+
+parity
+    Complete runs (``--total-steps``, evaluations every ``--eval-every``) of both systems per seed;
+    every run's eval.csv goes to ``--out``/<system>_seed<k>/, the curves to ``--out``/parity.png and
+    a summary (final and per-step mean returns) to ``--out``/parity.json. Runs already finished in
+    ``--out`` are reused, so the work can be split over processes (``--systems``, ``--seeds``).
+
+        .venv/bin/python bench/graph_vs_direct.py parity --seeds 0 1 2 --total-steps 10000 \
+            --eval-every 1000 --out bench/parity_ip
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+
+from opolo_ros.algo.config import load_run_config  # noqa: E402
+from opolo_ros.launch_runner import GraphRunner, load_launch_module  # noqa: E402
+from opolo_ros.train.direct import DirectTrainer  # noqa: E402
+from opolo_ros.train.logger import RunLogger  # noqa: E402
+
+DEFAULT_CONFIG = ROOT / "config" / "inverted_pendulum.yaml"
+
+
+def write_params(config: Path, out: Path, learner: dict) -> Path:
+    """`config` with learner overrides (nested) merged in: one file both systems read."""
+    data = yaml.safe_load(config.read_text())
+
+    def merge(dst: dict, src: dict) -> None:
+        for key, value in src.items():
+            if isinstance(value, dict) and isinstance(dst.get(key), dict):
+                merge(dst[key], value)
+            else:
+                dst[key] = value
+
+    merge(data["learner"]["ros__parameters"], learner)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def graph_specs(params: Path, demos: str, seed: int, run_dir: Path, max_ahead: str = ""):
+    module = load_launch_module(ROOT / "launch" / "sim_train.launch.py")
+    values = {a.name: a.default for a in module.ARGUMENTS}
+    values.update(params_file=str(params), demos=demos, seed=str(seed), run_dir=str(run_dir),
+                  max_ahead=max_ahead, resume="false")
+    return module.describe(values)
+
+
+# ------------------------------------------------------------------------------------ throughput
+
+class DirectSystem:
+    def __init__(self, cfg) -> None:
+        self.trainer = DirectTrainer(cfg)
+
+    def run(self, steps: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.trainer.env_step()
+        return steps / (time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.trainer.env.close()
+
+
+class GraphSystem:
+    def __init__(self, specs, domain_id: int) -> None:
+        self.graph = GraphRunner(specs, domain_id)
+        self.learner = self.graph.nodes["learner"]
+
+    def run(self, steps: int) -> float:
+        start = self.learner.step
+        t0 = time.perf_counter()
+        if not self.graph.spin_until(lambda: self.learner.step >= start + steps or self.graph.done(), 900):
+            raise RuntimeError("graph round timed out")
+        if self.learner.error is not None:
+            raise RuntimeError(f"learner failed: {self.learner.error}")
+        return (self.learner.step - start) / (time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.graph.close()
+
+
+def throughput(args: argparse.Namespace) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    base = load_run_config(args.config)
+    warm = max(base.schedule.warmup_steps, base.schedule.batch_size) + 10
+    total = warm + args.steps * args.rounds + 500
+    learner = {"total_steps": total, "eval_every": 0, "checkpoint_every": 0, "export_every": 0,
+               "progress": False, "torch_threads": 1}
+    params = write_params(Path(args.config), work / "params.yaml", learner)
+    demos = args.demos or str(ROOT / base.demos)
+    cfg = load_run_config(params, {"demos": demos, "seed": args.seed, "run_dir": str(work / "direct")})
+    systems = {"direct": lambda: DirectSystem(cfg)}
+    domain = 150 + os.getpid() % 50
+    for k, (name, ahead) in enumerate((("graph", ""), ("graph_strict", "0"))):
+        systems[name] = (lambda a=ahead, n=name, d=domain + k:
+                         GraphSystem(graph_specs(params, demos, args.seed, work / n, a), d))
+    built = {}
+    try:
+        for name, make in systems.items():
+            built[name] = make()
+            built[name].run(warm)  # warm-up, P_I pre-training, first updates: not timed
+        rates: dict[str, list[float]] = {name: [] for name in built}
+        names = list(built)
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                rates[name].append(built[name].run(args.steps))
+                print(f"round {r + 1}: {name} {rates[name][-1]:.1f} steps/s", flush=True)
+    finally:
+        for system in built.values():
+            system.close()
+    median = {name: statistics.median(v) for name, v in rates.items()}
+    result = {
+        "config": str(args.config), "seed": args.seed, "steps_per_round": args.steps, "rounds": args.rounds,
+        "update_to_data": cfg.schedule.update_to_data, "hidden": list(cfg.opolo.net.hidden),
+        "batch_size": cfg.schedule.batch_size, "steps_per_sec": rates, "median_steps_per_sec": median,
+        "graph_over_direct": median["graph"] / median["direct"],
+        "graph_strict_over_direct": median["graph_strict"] / median["direct"],
+        "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg(), "platform": platform.platform()},
+    }
+    return result
+
+
+# ---------------------------------------------------------------------------------------- parity
+
+def run_direct(params: Path, demos: str, seed: int, run_dir: Path) -> None:
+    from opolo_ros.train.direct import train_direct
+
+    cfg = load_run_config(params, {"demos": demos, "seed": seed, "run_dir": str(run_dir)})
+    train_direct(cfg, resume=False)
+
+
+def run_graph(params: Path, demos: str, seed: int, run_dir: Path, domain_id: int) -> None:
+    with GraphRunner(graph_specs(params, demos, seed, run_dir), domain_id) as graph:
+        graph.spin_until(graph.done)
+        if graph.nodes["learner"].error is not None:
+            raise RuntimeError(graph.nodes["learner"].error)
+
+
+def parity(args: argparse.Namespace) -> dict:
+    from opolo_ros.plot import plot_curves
+
+    out = Path(args.out)
+    base = load_run_config(args.config)
+    demos = args.demos or str(ROOT / base.demos)
+    learner = {"eval_every": args.eval_every, "checkpoint_every": 0, "export_every": 0, "progress": False,
+               "torch_threads": 1, "eval_episodes": args.eval_episodes}
+    if args.total_steps:
+        learner["total_steps"] = args.total_steps
+    params = write_params(Path(args.config), out / "params.yaml", learner)
+    cfg = load_run_config(params)
+    domain = 150 + os.getpid() % 50
+    for seed in args.seeds:
+        for system in args.systems:
+            run_dir = out / f"{system}_seed{seed}"
+            rows = RunLogger.read_evaluations(run_dir / "eval.csv")
+            if rows and rows[-1]["env_step"] >= cfg.total_steps:
+                continue
+            shutil.rmtree(run_dir, ignore_errors=True)
+            t0 = time.perf_counter()
+            if system == "direct":
+                run_direct(params, demos, seed, run_dir)
+            else:
+                run_graph(params, demos, seed, run_dir, domain)
+            (run_dir / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
+            print(f"{system} seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
+    groups = {s: [out / f"{s}_seed{k}" / "eval.csv" for k in args.seeds
+                  if (out / f"{s}_seed{k}" / "eval.csv").is_file()] for s in ("direct", "graph")}
+    summary: dict = {"config": str(args.config), "env_id": cfg.env_id, "total_steps": cfg.total_steps,
+                     "seeds": args.seeds, "eval_episodes": cfg.eval_episodes, "runs": {}}
+    for files in groups.values():
+        for f in files:
+            rows = RunLogger.read_evaluations(f)
+            summary["runs"][f.parent.name] = {int(r["env_step"]): round(r["return_mean"], 1) for r in rows}
+    for system, files in groups.items():
+        finals = [RunLogger.read_evaluations(f)[-1]["return_mean"] for f in files]
+        if finals:
+            summary[f"{system}_final_mean"] = statistics.mean(finals)
+            summary[f"{system}_final_std"] = statistics.pstdev(finals)
+    if all(groups.values()):
+        plot_curves({k: v for k, v in groups.items()}, out / "parity.png",
+                    title=f"{cfg.env_id}: ROS graph vs direct loop ({len(args.seeds)} seeds)")
+    return summary
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--config", default=str(DEFAULT_CONFIG))
+    t.add_argument("--demos", default="")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--steps", type=int, default=2000)
+    t.add_argument("--rounds", type=int, default=3)
+    t.add_argument("--work", default="/tmp/opolo_graph_vs_direct")
+    t.add_argument("--json")
+    q = sub.add_parser("parity")
+    q.add_argument("--config", default=str(DEFAULT_CONFIG))
+    q.add_argument("--demos", default="")
+    q.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    q.add_argument("--systems", nargs="+", default=["direct", "graph"], choices=["direct", "graph"])
+    q.add_argument("--total-steps", dest="total_steps", type=int, default=0)
+    q.add_argument("--eval-every", dest="eval_every", type=int, default=1000)
+    q.add_argument("--eval-episodes", dest="eval_episodes", type=int, default=10)
+    q.add_argument("--out", default="bench/parity_ip")
+    args = p.parse_args()
+    result = throughput(args) if args.mode == "throughput" else parity(args)
+    text = json.dumps(result, indent=2)
+    print(text)
+    target = getattr(args, "json", None)
+    if args.mode == "parity":
+        target = Path(args.out) / "parity.json"
+    if target:
+        Path(target).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Record expert demonstrations: sim_bridge + actor (expert ONNX, deterministic) + demo_recorder.
+
+    ros2 launch opolo_ros record_expert.launch.py env:=Hopper-v5 model:=models/experts/Hopper-v5.onnx
+    opolo-ros launch record_expert env:=Hopper-v5 output:=demos/hopper episodes:=4
+
+The bridge runs lock-step without flow control (there is no learner); it starts once the recorder
+listens on ``/opolo/replay``. The recorder keeps the states of ``episodes`` complete episodes,
+publishes each on ``/opolo/demonstrations`` and writes the bag (MCAP by default); its end ends the
+launch (``on_exit=Shutdown()``).
+"""
+
+from opolo_ros.launch_runner import (
+    LaunchArg,
+    NodeSpec,
+    launch_description,
+    node_parameters,
+    package_path,
+    resolve_path,
+    task_params_file,
+    yaml_value,
+)
+
+ARGUMENTS = [
+    LaunchArg("env", "InvertedPendulum-v5", "Gymnasium MuJoCo task id, or a path to an MJCF (.xml) file"),
+    LaunchArg("model", "", "expert ONNX policy; empty = models/experts/<env>.onnx of the package"),
+    LaunchArg("output", "", "bag folder to create; empty = demos/<env>_seed<seed> in the working folder"),
+    LaunchArg("episodes", "4", "number of expert episodes to record"),
+    LaunchArg("storage", "mcap", "rosbag2 storage plugin: mcap or sqlite3"),
+    LaunchArg("seed", "0", "seed of the simulation (episode start states)"),
+    LaunchArg("namespace", "", "namespace of the nodes (observation and action topics)"),
+    LaunchArg("params_file", "", "ROS 2 parameter file; empty = the package's config/<task>.yaml, if any"),
+    LaunchArg("time_feature", "false", "whether the expert sees the time feature (the bag stores "
+                                       "the observations the expert sees)"),
+]
+
+
+def describe(args: dict) -> list:
+    """The nodes of this graph for the given argument values (strings)."""
+    env, ns, seed = args["env"], args["namespace"], int(args["seed"])
+    params_file = resolve_path(args["params_file"]) or task_params_file(env)
+    model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
+    output = args["output"] or f"demos/{env}_seed{seed}"
+    return [
+        NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
+            **node_parameters(params_file, "sim_bridge", ns), "env_id": env, "seed": seed,
+            "time_feature": bool(yaml_value(args["time_feature"])), "mode": "lockstep",
+            "flow_control": False, "wait_for_subscribers": 1}),
+        NodeSpec("actor", "actor", namespace=ns, parameters={
+            **node_parameters(params_file, "actor", ns), "mode": "deploy", "model": model,
+            "subscribe_policy": False}),
+        NodeSpec("demo_recorder", "demo_recorder", namespace=ns, exit_ends_launch=True, parameters={
+            **node_parameters(params_file, "demo_recorder", ns), "output": output,
+            "episodes": int(args["episodes"]), "storage": args["storage"], "env_id": env,
+            "expert": model.rsplit("/", 1)[-1]}),
+    ]
+
+
+def generate_launch_description():
+    return launch_description(ARGUMENTS, describe)

@@ -1,0 +1,98 @@
+"""OPOLO training through the ROS graph: sim_bridge + actor + learner + demo_player.
+
+    ros2 launch opolo_ros sim_train.launch.py env:=InvertedPendulum-v5 seed:=1
+    opolo-ros launch sim_train env:=InvertedPendulum-v5 seed:=1      # same graph, one process
+
+The demo player publishes the expert episodes; the learner waits for them, then trains on the
+replay stream of the lock-step sim bridge, whose actions the actor chooses (warm-up random, then
+the newest policy + exploration noise). The run ends when the learner has consumed
+``total_steps`` transitions (``on_exit=Shutdown()``); the run folder then holds policy.onnx,
+TensorBoard logs (tb/), eval.csv, learning_curve.png and the parameters used.
+
+Parameters come from the task's file in ``config/`` (``params_file``); every argument below that
+is left empty keeps the file's value. The actor's warm-up, noise and seed are taken from the
+learner's run config, and ``max_ahead`` is given to both the bridge and the actor (as its
+``swap_delay``), so that a run is reproducible for a seed.
+"""
+
+from opolo_ros.launch_runner import (
+    LaunchArg,
+    NodeSpec,
+    launch_description,
+    node_parameters,
+    package_path,
+    resolve_path,
+    run_config,
+    task_params_file,
+    yaml_value,
+)
+
+DEFAULT_ENV = "InvertedPendulum-v5"
+ARGUMENTS = [
+    LaunchArg("env", "", "Gymnasium MuJoCo task id, or a path to an MJCF (.xml) file; empty = the "
+                         "parameter file's env_id (InvertedPendulum-v5 without a file)"),
+    LaunchArg("params_file", "", "ROS 2 parameter file; empty = the package's config/<task>.yaml for "
+                                 "env (e.g. inverted_pendulum.yaml), or node defaults if there is none"),
+    LaunchArg("demos", "", "expert demonstrations: rosbag2 bag, folder of bags or .npz; empty = the "
+                           "learner's 'demos' in the parameter file, else models/demos/<env>"),
+    LaunchArg("seed", "", "seed of the simulation, the exploration and the learner; empty = the file's"),
+    LaunchArg("namespace", "", "namespace of all nodes (their relative topics: observation, action, "
+                               "policy_version); /opolo/* topics stay shared"),
+    LaunchArg("total_steps", "", "environment steps (transitions) of the run; empty = the file's"),
+    LaunchArg("run_dir", "", "run folder (policy, logs, checkpoint); empty = the file's run_dir + "
+                             "'-graph' (kept apart from the direct loop's runs)"),
+    LaunchArg("resume", "true", "resume from the run folder's checkpoint when there is one"),
+    LaunchArg("max_ahead", "", "transitions the bridge may run ahead of the learner (flow control); "
+                               "empty = the file's sim_bridge value, else 0"),
+    LaunchArg("policy_every", "", "transitions between policy exports; empty = the file's learner value, "
+                                  "else a multiple of schedule.train_freq near 250"),
+]
+
+
+def _int_or(value: str, fallback: int) -> int:
+    return int(value) if value != "" else int(fallback)
+
+
+def describe(args: dict) -> list:
+    """The nodes of this graph for the given argument values (strings)."""
+    from opolo_ros.algo.config import to_dict
+    from opolo_ros.nodes.common import default_policy_every, flatten
+
+    ns = args["namespace"]
+    params_file = resolve_path(args["params_file"]) or task_params_file(args["env"] or DEFAULT_ENV)
+    overrides = {"env_id": args["env"]} if args["env"] else {}
+    for key in ("seed", "total_steps", "run_dir"):
+        if args[key] != "":
+            overrides[key] = yaml_value(args[key])
+    base = run_config(params_file, overrides)  # RunConfig's own default env is DEFAULT_ENV
+    env = base.env_id
+    if not args["run_dir"]:
+        overrides["run_dir"] = base.run_dir.rstrip("/") + "-graph"
+    learner_file = node_parameters(params_file, "learner", ns)
+    bridge_file = node_parameters(params_file, "sim_bridge", ns)
+    demos = args["demos"] or learner_file.get("demos") or str(package_path("models", "demos", env))
+    overrides["demos"] = resolve_path(demos)
+    cfg = run_config(params_file, overrides)
+    policy_every = _int_or(args["policy_every"], learner_file.get("policy_every")
+                           or default_policy_every(cfg.schedule.train_freq))
+    max_ahead = _int_or(args["max_ahead"], bridge_file.get("max_ahead", 0))
+    shared = {"env_id": cfg.env_id, "seed": cfg.seed}
+    return [
+        NodeSpec("demo_player", "demo_player", namespace=ns, parameters={
+            **node_parameters(params_file, "demo_player", ns), "demos": cfg.demos,
+            "num_demos": cfg.num_demos}),
+        NodeSpec("learner", "learner", namespace=ns, exit_ends_launch=True, parameters={
+            **learner_file, **flatten(to_dict(cfg)), "policy_every": policy_every,
+            "resume": yaml_value(args["resume"]) is True}),
+        NodeSpec("actor", "actor", namespace=ns, parameters={
+            **node_parameters(params_file, "actor", ns), "seed": cfg.seed, "mode": "train",
+            "warmup_steps": cfg.schedule.warmup_steps, "exploration_noise": cfg.schedule.exploration_noise,
+            "swap_delay": max_ahead}),
+        NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
+            **bridge_file, **shared, "time_feature": cfg.time_feature, "mode": "lockstep",
+            "max_ahead": max_ahead, "policy_every": policy_every}),
+    ]
+
+
+def generate_launch_description():
+    return launch_description(ARGUMENTS, describe)

@@ -1,0 +1,464 @@
+"""One node-graph description, two ways to start it: ``ros2 launch`` and ``opolo-ros launch``.
+
+Each file in ``launch/`` holds its graph as plain Python, importable without the ``launch``
+packages:
+
+- ``ARGUMENTS``: the :class:`LaunchArg` list (name, default, description) -- every knob;
+- ``describe(args) -> list[NodeSpec]``: the nodes, each with its fully resolved parameters and
+  its remappings, for a dict of argument values (strings, as launch substitutions give them);
+- ``generate_launch_description()``: ``launch_description(ARGUMENTS, describe)``, which turns the
+  above into ``DeclareLaunchArgument`` actions and launch_ros ``Node`` actions (in an
+  ``OpaqueFunction``, so the argument values are known), importing ``launch``/``launch_ros``
+  only there. ``ros2 launch opolo_ros sim_train.launch.py env:=Hopper-v5`` uses this.
+
+:func:`run_launch` (``opolo-ros launch sim_train env:=Hopper-v5``) starts the *same* node list with
+the *same* parameters in one process: one rclpy context, one executor (manual composition), for
+machines without ``ros2 launch``. The run ends when a node marked ``exit_ends_launch`` (the
+``on_exit=Shutdown()`` of ``ros2 launch``) is finished; SIGINT/SIGTERM stop it cleanly (the
+learner writes a checkpoint).
+
+Parameters are resolved here, per node, from the parameter file and the arguments, rather than
+handed to rcl as ``[params_file, {...}]``: rcl gives a file's node-specific section precedence over
+any ``/**`` section regardless of order (so an argument passed as a ``/**`` override would lose
+against the file's ``learner:`` section), and a plain ``learner:`` key does not match a node in a
+namespace. :func:`node_parameters` applies the sections in the order ``/**``, ``/**/<name>``,
+``<name>``, ``/<name>``, ``<ns>/<name>``; the arguments go on top.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+PACKAGE = "opolo_ros"
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+NODE_CLASSES = {
+    "sim_bridge": "opolo_ros.nodes.sim_bridge:SimBridge",
+    "actor": "opolo_ros.nodes.actor:Actor",
+    "learner": "opolo_ros.nodes.learner:Learner",
+    "demo_recorder": "opolo_ros.nodes.demo_recorder:DemoRecorder",
+    "demo_player": "opolo_ros.nodes.demo_player:DemoPlayer",
+}
+STOP_TIMEOUT_S = 120.0  # a learner mid-burst finishes its transition, then checkpoints
+
+
+@dataclass(frozen=True)
+class LaunchArg:
+    """A launch argument: ``DeclareLaunchArgument(name, default_value=default, description=...)``."""
+
+    name: str
+    default: str
+    description: str
+
+
+@dataclass
+class NodeSpec:
+    """One node of a graph: ``launch_ros.actions.Node(package, executable, name, namespace, ...)``."""
+
+    executable: str
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+    remappings: list[tuple[str, str]] = field(default_factory=list)
+    namespace: str = ""
+    exit_ends_launch: bool = False  # on_exit=Shutdown()
+    package: str = PACKAGE
+
+
+# --------------------------------------------------------------------------------- package files
+
+def share_dir() -> Path:
+    """The package's share folder (``ros2 launch`` installs), else the source tree."""
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        path = Path(get_package_share_directory(PACKAGE))
+        if (path / "launch").is_dir():
+            return path
+    except (ImportError, LookupError, OSError, ValueError):
+        pass  # not installed through ament (no AMENT_PREFIX_PATH, or not built): the source tree
+    return SOURCE_ROOT
+
+
+def package_path(*parts: str) -> Path:
+    """A file of the package (``config/x.yaml``), from the share folder or the source tree."""
+    for root in (share_dir(), SOURCE_ROOT):
+        path = root.joinpath(*parts)
+        if path.exists():
+            return path
+    return share_dir().joinpath(*parts)
+
+
+def resolve_path(value: str) -> str:
+    """A user path as given when it exists (relative to the working folder), else the package's."""
+    if not value or Path(value).expanduser().exists() or Path(value).is_absolute():
+        return str(Path(value).expanduser()) if value else value
+    candidate = package_path(value)
+    return str(candidate) if candidate.exists() else value
+
+
+def task_name(env_id: str) -> str:
+    """``InvertedPendulum-v5`` -> ``inverted_pendulum``; an MJCF path -> its file stem."""
+    if env_id.endswith(".xml"):
+        return Path(env_id).stem
+    base = re.sub(r"-v\d+$", "", env_id)
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
+
+
+def task_params_file(env_id: str) -> str:
+    """The package's parameter file for a task (``config/<task>.yaml``), or '' if there is none."""
+    path = package_path("config", f"{task_name(env_id)}.yaml")
+    return str(path) if path.is_file() else ""
+
+
+# ------------------------------------------------------------------------------------ parameters
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def read_params_file(path: str | Path) -> dict[str, Any]:
+    """A ROS 2 parameter file as ``{node key: ros__parameters mapping}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"parameter file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"parameter file {path} is not valid YAML: {err}") from None
+    if not isinstance(data, Mapping):
+        raise ValueError(f"parameter file {path}: expected a mapping of node names")
+    out: dict[str, Any] = {}
+    for key, section in data.items():
+        if not isinstance(section, Mapping) or not isinstance(section.get("ros__parameters", {}), Mapping):
+            raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
+                             "(a ROS 2 parameter file)")
+        if "ros__parameters" in section:
+            out[str(key)] = section["ros__parameters"] or {}
+    return out
+
+
+def node_parameters(params_file: str | Path | None, name: str, namespace: str = "") -> dict[str, Any]:
+    """The flat (dotted) parameters a file gives node `name` in `namespace` (see module docstring)."""
+    if not params_file:
+        return {}
+    sections = read_params_file(params_file)
+    ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
+    keys = ["/**", f"/**/{name}", name, f"/{name}"]
+    if ns:
+        keys += [f"{ns}/{name}", f"{ns.lstrip('/')}/{name}"]
+    merged: dict[str, Any] = {}
+    for key in keys:
+        if key in sections:
+            merged.update(_flatten(sections[key]))
+    return merged
+
+
+def run_config(params_file: str | Path | None, overrides: Mapping[str, Any] | None = None):
+    """The learner's run config from a parameter file plus overrides (as the learner will see it)."""
+    from opolo_ros.algo.config import load_run_config
+
+    return load_run_config(params_file or None, overrides)
+
+
+def parse_arguments(items: Sequence[str]) -> dict[str, str]:
+    """``["env:=Hopper-v5", "seed:=1"]`` -> ``{"env": "Hopper-v5", "seed": "1"}``."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(":=")
+        if not sep or not name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"launch argument {item!r} must look like name:=value")
+        out[name] = value
+    return out
+
+
+def resolve_arguments(arguments: Sequence[LaunchArg], given: Mapping[str, str]) -> dict[str, str]:
+    """Defaults overridden by `given`; an unknown name is an error that lists the known ones."""
+    known = {a.name: a.default for a in arguments}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"unknown launch argument(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return {**known, **given}
+
+
+def yaml_value(text: str) -> Any:
+    """A launch argument string as a parameter value (YAML scalar rules, as launch_ros applies)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+# ---------------------------------------------------------------------------------- launch files
+
+def find_launch_file(name: str) -> Path:
+    """``sim_train``, ``sim_train.launch.py`` or a path -> the launch file."""
+    path = Path(name)
+    if path.suffix == ".py" and path.is_file():
+        return path
+    filename = name if name.endswith(".launch.py") else f"{name}.launch.py"
+    candidate = package_path("launch", filename)
+    if candidate.is_file():
+        return candidate
+    available = sorted(p.name.removesuffix(".launch.py") for p in package_path("launch").glob("*.launch.py"))
+    raise FileNotFoundError(f"no launch file {filename!r}; available: {', '.join(available) or 'none'}")
+
+
+def load_launch_module(path: str | Path) -> ModuleType:
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"opolo_launch_{path.name.split('.')[0]}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import launch file {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for attr in ("ARGUMENTS", "describe"):
+        if not hasattr(module, attr):
+            raise ValueError(f"launch file {path} has no {attr} (see opolo_ros.launch_runner)")
+    return module
+
+
+def launch_description(arguments: Sequence[LaunchArg], describe: Callable[[dict[str, str]], list[NodeSpec]]):
+    """A ``launch.LaunchDescription`` for ``ros2 launch`` (imports launch/launch_ros here only)."""
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.actions import Node
+
+    from launch import LaunchDescription
+
+    def nodes(context: Any) -> list:
+        values = {a.name: LaunchConfiguration(a.name).perform(context) for a in arguments}
+        actions = []
+        for spec in describe(values):
+            extra = {"on_exit": Shutdown(reason=f"{spec.name} finished")} if spec.exit_ends_launch else {}
+            actions.append(Node(package=spec.package, executable=spec.executable, name=spec.name,
+                                namespace=spec.namespace, parameters=[spec.parameters],
+                                remappings=spec.remappings, output="screen", emulate_tty=True, **extra))
+        return actions
+
+    declared = [DeclareLaunchArgument(a.name, default_value=a.default, description=a.description)
+                for a in arguments]
+    return LaunchDescription([*declared, OpaqueFunction(function=nodes)])
+
+
+def describe_launch(name: str, argv: Sequence[str] = ()) -> tuple[Path, dict[str, str], list[NodeSpec]]:
+    """The launch file, resolved arguments and node list for ``name arg:=value ...``."""
+    path = find_launch_file(name)
+    module = load_launch_module(path)
+    args = resolve_arguments(module.ARGUMENTS, parse_arguments(argv))
+    return path, args, module.describe(args)
+
+
+# ------------------------------------------------------------------------------ in-process runner
+
+def node_class(executable: str) -> type:
+    if executable not in NODE_CLASSES:
+        raise ValueError(f"no node class for executable {executable!r}; known: {', '.join(NODE_CLASSES)}")
+    module, _, cls = NODE_CLASSES[executable].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_node(spec: NodeSpec, context: Any) -> Any:
+    """Construct `spec`'s node in `context` with its parameters and remappings (no global args)."""
+    from rclpy.parameter import Parameter
+
+    if spec.package != PACKAGE:
+        raise ValueError(f"opolo-ros launch can only compose {PACKAGE} nodes, not {spec.package}")
+    overrides = [Parameter(k, value=list(v) if isinstance(v, tuple) else v)
+                 for k, v in spec.parameters.items()]
+    cli_args = None
+    if spec.remappings:
+        cli_args = ["--ros-args"]
+        for src, dst in spec.remappings:
+            cli_args += ["-r", f"{src}:={dst}"]
+    return node_class(spec.executable)(context=context, node_name=spec.name,
+                                       namespace=spec.namespace or None, parameter_overrides=overrides,
+                                       cli_args=cli_args, use_global_arguments=False)
+
+
+@dataclass
+class LaunchResult:
+    nodes: dict[str, Any]
+    interrupted: bool
+    elapsed_s: float
+
+    @property
+    def learner(self) -> Any:
+        return next((n for n in self.nodes.values() if type(n).__name__ == "Learner"), None)
+
+
+class GraphRunner:
+    """Nodes of a description composed in one process, on one executor (see module docstring).
+
+    Usable from tests: ``with GraphRunner(specs, domain_id) as g: g.spin_until(...)``.
+    """
+
+    def __init__(self, specs: Sequence[NodeSpec], domain_id: int | None = None,
+                 executor: str = "events") -> None:
+        from opolo_ros.ros import runtime
+
+        names = [f"{s.namespace.strip('/')}/{s.name}" for s in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate node names in the description: {names}")
+        self.specs = list(specs)
+        self.context = runtime.init_context(domain_id, args=[])
+        from opolo_ros.nodes.common import make_executor
+
+        self.executor = make_executor(self.context, executor)
+        self.nodes: dict[str, Any] = {}
+        try:
+            for spec in self.specs:
+                node = make_node(spec, self.context)
+                self.nodes[spec.name] = node
+                self.executor.add_node(node)
+        except BaseException:
+            self.close()
+            raise
+        self.exit_nodes = [self.nodes[s.name] for s in self.specs if s.exit_ends_launch]
+
+    def __enter__(self) -> GraphRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def done(self) -> bool:
+        return any(n.finished.is_set() for n in self.exit_nodes)
+
+    def spin_until(self, condition: Callable[[], bool], timeout_s: float = math.inf,
+                   stop: threading.Event | None = None) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline or (stop is not None and stop.is_set()):
+                return False
+            self.executor.spin_once(timeout_sec=0.05)
+        return True
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Ask nodes with work in progress to stop (the learner checkpoints), and wait for them."""
+        for node in self.nodes.values():
+            if hasattr(node, "request_stop"):
+                node.request_stop()
+        workers = [n for n in self.nodes.values() if hasattr(n, "request_stop")]
+        self.spin_until(lambda: all(n.finished.is_set() for n in workers), timeout_s)
+
+    def close(self) -> None:
+        from opolo_ros.ros import runtime
+
+        for node in reversed(list(self.nodes.values())):
+            try:
+                node.close()
+            except Exception as err:  # keep closing the others
+                print(f"opolo-ros launch: closing {node.get_name()}: {err}", file=sys.stderr)
+        runtime.shutdown(self.context, list(self.nodes.values()), [self.executor])
+        self.nodes = {}
+
+
+def run_launch(name: str, argv: Sequence[str] = (), domain_id: int | None = None) -> LaunchResult:
+    """``opolo-ros launch <name> [arg:=value ...]``: run the graph until its exit node is done."""
+    path, args, specs = describe_launch(name, argv)
+    stop = threading.Event()
+    previous = {}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        print(f"\nopolo-ros launch: {signal.Signals(signum).name}, stopping (again to abort)",
+              file=sys.stderr)
+        stop.set()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+    start = time.monotonic()
+    print(f"opolo-ros launch: {path.name} with "
+          + " ".join(f"{k}:={v}" for k, v in args.items() if v != "")
+          + f"; nodes: {', '.join(s.name for s in specs)}", file=sys.stderr)
+    try:
+        with GraphRunner(specs, domain_id) as graph:
+            _write_launch_record(graph, path, args)
+            graph.spin_until(graph.done, stop=stop)
+            interrupted = stop.is_set()
+            if interrupted:
+                graph.stop()
+            result = LaunchResult(dict(graph.nodes), interrupted, time.monotonic() - start)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return result
+
+
+def _write_launch_record(graph: GraphRunner, path: Path, args: Mapping[str, str]) -> None:
+    """``<run_dir>/launch_params.yaml``: the arguments and every node's parameters (the run's record)."""
+    learner = next((s for s in graph.specs if s.executable == "learner"), None)
+    if learner is None or "run_dir" not in learner.parameters:
+        return
+    run_dir = Path(str(learner.parameters["run_dir"]))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = {"launch_file": path.name, "arguments": dict(args),
+              "nodes": {s.name: {"executable": s.executable, "namespace": s.namespace,
+                                 "remappings": [list(r) for r in s.remappings],
+                                 "parameters": {k: list(v) if isinstance(v, tuple) else v
+                                                for k, v in s.parameters.items()}}
+                        for s in graph.specs}}
+    (run_dir / "launch_params.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+
+
+def print_arguments(name: str) -> None:
+    path = find_launch_file(name)
+    module = load_launch_module(path)
+    print(f"Arguments of {path.name} (arg:=value):")
+    for a in module.ARGUMENTS:
+        print(f"    '{a.name}':\n        {a.description}\n        (default: '{a.default}')")
+
+
+def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> int:
+    """The ``opolo-ros launch`` command: run, then report what a user needs (exit status)."""
+    if show_args:
+        print_arguments(name)
+        return 0
+    result = run_launch(name, argv)
+    learner = result.learner
+    if learner is not None and learner.error is not None:
+        print(f"opolo-ros launch: the learner failed: {learner.error}", file=sys.stderr)
+        return 1
+    if result.interrupted:
+        where = f" (checkpoint in {learner.run_dir})" if learner is not None else ""
+        print(f"opolo-ros launch: stopped after {result.elapsed_s:.0f} s{where}", file=sys.stderr)
+        return 130
+    if learner is not None and learner.result is not None:
+        r, cfg = learner.result, learner.cfg
+        print(f"\n{cfg.algo} on {cfg.env_id} through the ROS graph: {r.env_steps} env steps, "
+              f"{learner.learner.critic_steps} gradient steps in {result.elapsed_s:.0f} s")
+        print(f"evaluation return: {r.eval_mean:.1f} +- {r.eval_std:.1f} "
+              f"({cfg.eval_episodes} deterministic episodes)")
+        print(f"normalised score: {r.normalised:.3f} (expert {r.expert_return:.1f}, "
+              f"random {r.random_return:.1f})")
+        plot = f", learning curve: {learner.plot_path.name}" if learner.plot_path else ""
+        print(f"run folder: {r.run_dir}  (policy: {r.policy_path.name}, TensorBoard: tb/, "
+              f"evaluations: eval.csv{plot}, parameters: config.yaml, launch_params.yaml)")
+        return 0
+    for node in result.nodes.values():
+        bag = getattr(node, "bag", None)
+        if bag is not None:
+            print(f"demonstrations: {len(node.episodes)} episodes in {bag}")
+    print(f"opolo-ros launch: {name} finished after {result.elapsed_s:.0f} s", file=sys.stderr)
+    return 0

@@ -1,0 +1,61 @@
+"""demo_player: publishes the expert episodes of a bag (or folder of bags, or .npz) for the learner.
+
+One ``/opolo/demonstrations`` message per episode (the demonstration layout of
+:mod:`opolo_ros.ros.messages`), reliable and transient local, published once at start-up. The
+node then stays up: a transient-local topic is only replayed to late subscribers (a learner that
+starts or restarts later) while its publisher lives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from std_msgs.msg import Float32MultiArray
+
+from opolo_ros.data.demos import Episode, load_episodes
+from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
+from opolo_ros.ros import messages as m
+from opolo_ros.ros.qos import DEMONSTRATIONS_DEPTH, qos_for
+
+PARAMETERS: dict[str, tuple] = {
+    "demos": ("", "rosbag2 bag folder, storage file, folder of bags, or .npz"),
+    "topic": ("/opolo/demonstrations", "demonstrations topic"),
+    "num_demos": (0, "publish at most this many episodes; 0 = all"),
+    "bag_topic": ("", "topic to read from the bag; empty = automatic (/opolo/demonstrations, else "
+                      "the only state topic)"),
+}
+
+
+class DemoPlayer(FinishableNode):
+    def __init__(self, *, node_name: str = "demo_player", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        demos, topic, count, bag_topic = (declare(self, name, default, desc)
+                                          for name, (default, desc) in PARAMETERS.items())
+        if not demos:
+            raise ParameterError("parameter 'demos' (the bag or .npz to play) is required")
+        if count < 0:
+            raise ParameterError(f"parameter 'num_demos' must be >= 0, got {count}")
+        if bag_topic:
+            from opolo_ros.data.bags import read_demonstrations
+
+            episodes = read_demonstrations(demos, topic=bag_topic)
+        else:
+            episodes = load_episodes(demos)
+        self.episodes: list[Episode] = episodes[:count] if count else episodes
+        if len(self.episodes) > DEMONSTRATIONS_DEPTH:
+            self.get_logger().warning(f"{len(self.episodes)} episodes but the topic keeps the last "
+                                      f"{DEMONSTRATIONS_DEPTH} for late subscribers")
+        self.pub = self.create_publisher(Float32MultiArray, topic, qos_for("demonstrations"))
+        for k, ep in enumerate(self.episodes):
+            self.pub.publish(m.demonstration_to_msg(ep.obs, ep.ret, k))
+        returns = [ep.ret for ep in self.episodes]
+        self.get_logger().info(f"published {len(self.episodes)} episodes from {demos} on {topic} "
+                               f"(returns {', '.join(f'{r:.1f}' for r in returns)})")
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(DemoPlayer, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

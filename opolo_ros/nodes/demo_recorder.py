@@ -1,0 +1,123 @@
+"""demo_recorder: records the state stream of an expert run into a rosbag2 bag, episode by episode.
+
+The states come from the replay stream of the sim bridge (``/opolo/replay``: reliable, in order,
+with the episode-end flags), so nothing is lost and every episode is exact: s_0, then the s' of
+each transition, the last one being the state where the episode ended (which the ``observation``
+topic never shows, since a reset follows). Actions and rewards are dropped (state-only
+demonstrations); the episode return is kept for the normalised score.
+
+Each finished episode is published at once on ``/opolo/demonstrations`` (transient local, so a
+learner can train from a live recording); after ``episodes`` episodes the bag is written with
+``opolo_ros.data.bags.write_demonstrations`` (MCAP by default, or sqlite3) and the node is
+finished, which ends ``record_expert.launch.py``. Transitions of other replay sources than the
+first one seen are ignored (one expert run per recording).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from std_msgs.msg import Float32MultiArray
+
+from opolo_ros.data.demos import Episode
+from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
+from opolo_ros.ros import messages as m
+from opolo_ros.ros.qos import qos_for
+
+STORAGES = ("mcap", "sqlite3")
+
+
+PARAMETERS: dict[str, tuple] = {
+    "output": ("", "new bag folder to write (must not exist)"),
+    "storage": ("mcap", "rosbag2 storage: mcap or sqlite3"),
+    "episodes": (4, "stop after this many episodes"),
+    "env_id": ("", "task id recorded in the bag's metadata"),
+    "expert": ("", "expert model name recorded in the bag's metadata"),
+    "replay_topic": ("/opolo/replay", "replay stream to record"),
+    "demonstrations_topic": ("/opolo/demonstrations", "publish each recorded episode here; empty = "
+                                                      "do not publish"),
+}
+
+
+class DemoRecorder(FinishableNode):
+    def __init__(self, *, node_name: str = "demo_recorder", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
+        self.output = Path(p["output"])
+        self.storage, self.target = p["storage"], p["episodes"]
+        self.env_id, self.expert = p["env_id"], p["expert"]
+        replay_topic, demo_topic = p["replay_topic"], p["demonstrations_topic"]
+        if not str(self.output) or str(self.output) == ".":
+            raise ParameterError("parameter 'output' (the bag folder to write) is required")
+        if self.output.exists():
+            raise ParameterError(f"{self.output} already exists; refusing to overwrite a bag")
+        if self.storage not in STORAGES:
+            raise ParameterError(f"parameter 'storage' must be one of {STORAGES}, got {self.storage!r}")
+        if self.target < 1:
+            raise ParameterError(f"parameter 'episodes' must be >= 1, got {self.target}")
+        self.episodes: list[Episode] = []
+        self.bag: Path | None = None
+        self._source: int | None = None
+        self._states: list[np.ndarray] = []
+        self._return = 0.0
+        self.demo_pub = (self.create_publisher(Float32MultiArray, demo_topic, qos_for("demonstrations"))
+                         if demo_topic else None)
+        self.create_subscription(Float32MultiArray, replay_topic, self._on_replay, qos_for("replay"))
+        self.get_logger().info(f"recording {self.target} episodes from {replay_topic} into {self.output}")
+
+    def _on_replay(self, msg: Float32MultiArray) -> None:
+        if self.finished.is_set():
+            return
+        try:
+            batch = m.msg_to_replay(msg)
+        except m.MessageError as err:
+            self.get_logger().error(f"rejected replay batch: {err}")
+            return
+        if self._source is None:
+            self._source = batch.source
+        if batch.source != self._source:
+            return
+        for i in range(len(batch)):
+            if not self._states:
+                self._states.append(batch.obs[i])
+            self._states.append(batch.next_obs[i])
+            self._return += float(batch.reward[i])
+            if batch.terminated[i] or batch.truncated[i]:
+                self._end_episode(bool(batch.terminated[i]))
+                if len(self.episodes) >= self.target:
+                    self._write()
+                    return
+
+    def _end_episode(self, terminated: bool) -> None:
+        k = len(self.episodes)
+        episode = Episode(np.stack(self._states), self._return, {"terminated": terminated})
+        self.episodes.append(episode)
+        self._states, self._return = [], 0.0
+        if self.demo_pub is not None:
+            self.demo_pub.publish(m.demonstration_to_msg(episode.obs, episode.ret, k))
+        self.get_logger().info(f"episode {k + 1}/{self.target}: {len(episode.obs) - 1} steps, "
+                               f"return {episode.ret:.1f}")
+
+    def _write(self) -> None:
+        from opolo_ros.data.bags import write_demonstrations
+
+        metadata = {"source": "opolo_ros demo_recorder"}
+        if self.env_id:
+            metadata["env_id"] = self.env_id
+        if self.expert:
+            metadata["expert"] = self.expert
+        self.bag = write_demonstrations(self.output, self.episodes, storage=self.storage, metadata=metadata)
+        returns = np.array([ep.ret for ep in self.episodes])
+        self.get_logger().info(f"wrote {len(self.episodes)} episodes (return {returns.mean():.1f} +- "
+                               f"{returns.std():.1f}) to {self.bag} ({self.storage})")
+        self.finished.set()
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(DemoRecorder, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

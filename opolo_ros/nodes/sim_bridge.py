@@ -1,0 +1,354 @@
+"""sim_bridge: a MuJoCo simulation behind the robot's topics, and the replay stream for the learner.
+
+Publishes ``observation`` (and ``/joint_states``), applies what arrives on ``action``, publishes
+every transition on ``/opolo/replay`` (in batches) and each episode's environment return on
+``episode_return`` (monitoring only: OPOLO never sees the reward). Two modes:
+
+Lock-step (``mode: lockstep``, training)
+    One action per observation, nothing dropped, reproducible for a seed. The bridge is an event
+    driven state machine (no callback blocks, so it composes with any executor):
+
+    1. publish the observation and wait for the action; observation and action are best effort,
+       so if no action comes within ``action_timeout_s`` the same observation is published again
+       (the actor answers a repeated observation with the action it already chose);
+    2. step MuJoCo with the action (clipped to the bounds), queue the transition (s, a, s',
+       terminated, truncated) with a in the environment's units, reset at an episode end;
+    3. flow control (``flow_control: true``): the next observation goes out only while this
+       bridge is at most ``max_ahead`` transitions ahead of what the learner has consumed *and
+       trained on* (its acknowledgement on ``/opolo/learner_progress``); pending transitions are
+       flushed before waiting, so the learner always has what it needs to catch up. With
+       ``sync_policy`` it also waits until the actor has loaded the policy the learner exports
+       once it has consumed the data up to ``max_ahead`` steps ago (version
+       ``policy_every * floor((sent - max_ahead) / policy_every)``, announced by the actor on
+       ``policy_version``). With the actor's ``swap_delay`` equal to ``max_ahead`` (and
+       ``max_ahead < policy_every``) the policy behind each action is a function of the step
+       alone: the run is reproducible for a seed, while the bridge and the actor work in parallel
+       with the learner. With ``max_ahead: 0`` and ``policy_every`` equal to the schedule's
+       ``train_freq`` every action comes from the policy the direct loop would use.
+
+    The bridge starts stepping once the replay topic has ``wait_for_subscribers`` subscribers and,
+    with flow control, once the learner has announced itself; a restarted bridge continues its
+    counts from the learner's acknowledgement (so a resumed learner keeps its schedule).
+
+Real time (``mode: realtime``)
+    A wall-clock timer steps the simulation at ``rate_hz`` (default: the task's control rate),
+    applying the newest action received (zero-order hold, zeros before the first), as a robot
+    would. No flow control: a real robot cannot wait for a learner.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, Int64, Int64MultiArray
+
+from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
+from opolo_ros.nodes.tasks import control_period, joint_layout, make_task_env
+from opolo_ros.ros import messages as m
+from opolo_ros.ros.qos import qos_for
+
+POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                                durability=DurabilityPolicy.TRANSIENT_LOCAL)
+EPISODE_RETURN_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+MODES = ("lockstep", "realtime")
+
+
+PARAMETERS: dict[str, tuple] = {
+    "env_id": ("InvertedPendulum-v5", "Gymnasium MuJoCo task id, or a path to an MJCF (.xml) file"),
+    "seed": (0, "seed of the simulation (first reset); the run is reproducible for a seed"),
+    "time_feature": (False, "append 1 - t/T to the observation (must match the learner's run)"),
+    "max_episode_steps": (0, "time limit per episode; 0 = the task's own (MJCF: 1000)"),
+    "mode": ("lockstep", "lockstep: one action per observation (training); realtime: "
+                         "wall-clock timer with zero-order hold of the newest action"),
+    "rate_hz": (0.0, "realtime mode: steps per second; 0 = the task's control rate (1/dt)"),
+    "action_timeout_s": (0.5, "lockstep: re-publish the observation when no action came "
+                              "within this time (observation/action are best effort)"),
+    "flow_control": (True, "lockstep: wait on /opolo/learner_progress when ahead of the learner"),
+    "max_ahead": (0, "lockstep flow control: most transitions this bridge may be ahead of the "
+                     "learner's acknowledgement (0 = strict alternation with the learner)"),
+    "sync_policy": (True, "lockstep flow control: wait until the actor runs the policy exported "
+                          "for the learner's progress (needs policy_every as the learner's)"),
+    "policy_every": (0, "the learner's policy export period in transitions (for sync_policy); "
+                        "0 disables the policy wait"),
+    "publish_replay": (True, "publish transitions on the replay topic"),
+    "replay_batch": (50, "transitions per replay message (flushed earlier before waiting)"),
+    "wait_for_subscribers": (1, "start stepping once the replay topic has this many subscribers"),
+    "observation_topic": ("observation", "observation topic (std_msgs/Float32MultiArray)"),
+    "action_topic": ("action", "action topic (std_msgs/Float64MultiArray, environment units)"),
+    "joint_states_topic": ("/joint_states", "sensor_msgs/JointState topic; empty = none"),
+    "replay_topic": ("/opolo/replay", "replay transitions topic"),
+    "progress_topic": ("/opolo/learner_progress", "learner progress topic (flow control)"),
+    "policy_version_topic": ("policy_version", "the actor's active policy version (std_msgs/Int64)"),
+    "episode_return_topic": ("episode_return", "environment return of each finished episode "
+                                               "(std_msgs/Float64, monitoring only)"),
+    "report_period_s": (30.0, "log the recent episode returns at most this often"),
+}
+
+
+class SimBridge(FinishableNode):
+    def __init__(self, *, node_name: str = "sim_bridge", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        p = self._declare_parameters()
+        self.mode = p["mode"]
+        self.env = make_task_env(p["env_id"], seed=p["seed"], time_feature=p["time_feature"],
+                                 max_episode_steps=p["max_episode_steps"])
+        self.obs_dim = int(self.env.observation_space.shape[0])
+        self.act_dim = int(self.env.action_space.shape[0])
+        self.low = self.env.action_space.low.astype(np.float64)
+        self.high = self.env.action_space.high.astype(np.float64)
+        self.obs, _ = self.env.reset(seed=p["seed"])
+        self.joint_names, self._qpos, self._qvel = joint_layout(self.env)
+        self.source = m.source_id(self.get_fully_qualified_name())
+
+        # counters: `sent` transitions produced (queued or published), `acked` consumed by the learner
+        self.steps = 0  # env steps taken by this bridge process
+        self.sent = 0
+        self.acked = 0
+        self.learner_transitions = 0
+        self.learner_gradient_steps = 0
+        self.actor_version = -1
+        self.seq = 0
+        self.episodes = 0
+        self.episode_return = 0.0
+        self.episode_len = 0
+        self.republished = 0
+        self.waits = 0  # times the bridge had to wait for the learner
+        self.started = False
+        self._learner_seen = False
+        self._pending: list[np.ndarray] = []
+        self._waiting_action = False
+        self._step_republished = False
+        self._last_obs_pub = 0.0
+        self._dup_guard: bytes | None = None
+        self._latest_action = np.zeros(self.act_dim)
+        self._returns: list[float] = []
+        self._last_report = time.monotonic()
+
+        self._obs_msg = m.make_observation_msg(self.obs_dim)
+        self.obs_pub = self.create_publisher(Float32MultiArray, p["observation_topic"],
+                                             qos_for("observation"))
+        self.joint_pub = (self.create_publisher(JointState, p["joint_states_topic"],
+                                                qos_for("joint_states"))
+                          if p["joint_states_topic"] and self.joint_names else None)
+        self.replay_pub = (self.create_publisher(Float32MultiArray, p["replay_topic"],
+                                                 qos_for("replay"))
+                           if p["publish_replay"] else None)
+        self.return_pub = self.create_publisher(Float64, p["episode_return_topic"], EPISODE_RETURN_QOS)
+        self.create_subscription(Float64MultiArray, p["action_topic"], self._on_action,
+                                 qos_for("action"))
+        if self.flow_control:
+            self.create_subscription(Int64MultiArray, p["progress_topic"], self._on_progress,
+                                     qos_for("learner_progress"))
+        if self.flow_control and self.sync_policy:
+            self.create_subscription(Int64, p["policy_version_topic"], self._on_version,
+                                     POLICY_VERSION_QOS)
+        if self.mode == "lockstep":
+            self._timer = self.create_timer(min(0.02, self.action_timeout / 4), self._tick)
+        else:
+            rate = p["rate_hz"] or 1.0 / control_period(self.env)
+            self._timer = self.create_timer(1.0 / rate, self._realtime_step)
+        self.get_logger().info(
+            f"{p['env_id']} ({self.mode}, obs_dim {self.obs_dim}, act_dim {self.act_dim}, "
+            f"seed {p['seed']}); flow control {'on' if self.flow_control else 'off'}"
+            + (f", max_ahead {self.max_ahead}, sync_policy {self.sync_policy}" if self.flow_control else ""))
+
+    def _declare_parameters(self) -> dict[str, Any]:
+        p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
+        if p["mode"] not in MODES:
+            raise ParameterError(f"parameter 'mode' must be one of {MODES}, got {p['mode']!r}")
+        for name in ("max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps"):
+            if p[name] < 0:
+                raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
+        if p["replay_batch"] < 1 or p["action_timeout_s"] <= 0 or p["rate_hz"] < 0:
+            raise ParameterError("parameters 'replay_batch' >= 1, 'action_timeout_s' > 0 and "
+                                 "'rate_hz' >= 0 are required")
+        self.flow_control = p["mode"] == "lockstep" and p["flow_control"] and p["publish_replay"]
+        self.sync_policy = p["sync_policy"] and p["policy_every"] > 0
+        self.max_ahead = p["max_ahead"]
+        self.policy_every = p["policy_every"]
+        self.action_timeout = p["action_timeout_s"]
+        self.report_period = p["report_period_s"]
+        self.replay_batch = p["replay_batch"]
+        self.wait_for_subscribers = p["wait_for_subscribers"] if p["publish_replay"] else 0
+        return p
+
+    # ------------------------------------------------------------------ subscriptions
+    def _on_action(self, msg: Float64MultiArray) -> None:
+        try:
+            action = m.msg_to_action(msg, self.act_dim)
+        except m.MessageError as err:
+            self.get_logger().warning(f"rejected action: {err}", throttle_duration_sec=5.0)
+            return
+        if self.mode == "realtime":
+            self._latest_action = action
+            return
+        if not self._waiting_action:
+            return  # a duplicate answer to an observation already stepped
+        if self._dup_guard is not None:
+            guard, self._dup_guard = self._dup_guard, None
+            if action.tobytes() == guard:
+                return  # late duplicate of the previous step's (re-requested) action
+        self._waiting_action = False
+        self._step(action, republished=self._step_republished)
+        self._advance()
+
+    def _on_progress(self, msg: Int64MultiArray) -> None:
+        try:
+            progress = m.msg_to_progress(msg)
+        except m.MessageError as err:
+            self.get_logger().warning(f"rejected learner progress: {err}", throttle_duration_sec=5.0)
+            return
+        ack = progress.acks.get(self.source)
+        self.learner_transitions = progress.transitions
+        self.learner_gradient_steps = progress.gradient_steps
+        if not self._learner_seen:
+            self._learner_seen = True
+            if ack is not None and not self.started:  # a resumed learner: continue its counts
+                self.sent = self.acked = ack.transitions
+                self.seq = ack.seq + 1
+        if ack is not None:
+            self.acked = max(self.acked, ack.transitions)
+        if self.started and not self._waiting_action:
+            self._advance()
+
+    def _on_version(self, msg: Int64) -> None:
+        self.actor_version = max(self.actor_version, int(msg.data))
+        if self.started and not self._waiting_action:
+            self._advance()
+
+    # ------------------------------------------------------------------ lock-step
+    def ready(self) -> bool:
+        """Whether the graph is up: replay subscribers and (with flow control) the learner."""
+        pub = self.replay_pub
+        if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
+            return False
+        return self._learner_seen or not self.flow_control
+
+    def may_step(self) -> bool:
+        """Flow control: within `max_ahead` of the learner, and the actor runs the due policy."""
+        if not self.flow_control:
+            return True
+        if self.sent - self.acked > self.max_ahead:
+            return False
+        if self.sync_policy and self.actor_version < self.due_version():
+            return False
+        return True
+
+    def due_version(self) -> int:
+        """The policy version the actor needs before this bridge's next step (see module docstring)."""
+        consumed = max(self.sent - self.max_ahead, 0)  # what the learner has surely consumed by now
+        return (consumed // self.policy_every) * self.policy_every
+
+    def _tick(self) -> None:
+        if not self.started:
+            if self.ready():
+                self.started = True
+                self._advance()
+            return
+        if self._waiting_action and time.monotonic() - self._last_obs_pub > self.action_timeout:
+            self.republished += 1
+            self._step_republished = True
+            self._publish_observation()
+        elif not self._waiting_action:
+            self._advance()
+
+    def _advance(self) -> None:
+        """Publish the next observation if flow control allows, else flush and wait."""
+        if self._waiting_action:
+            return
+        if not self.may_step():
+            if self._pending:
+                self._flush()
+                self.waits += 1
+            return
+        self._waiting_action = True
+        self._step_republished = False
+        self._publish_observation()
+
+    def _publish_observation(self) -> None:
+        m.fill_observation_msg(self._obs_msg, self.obs)
+        self._last_obs_pub = time.monotonic()
+        self.obs_pub.publish(self._obs_msg)
+
+    # ------------------------------------------------------------------ stepping
+    def _step(self, action: np.ndarray, republished: bool = False) -> None:
+        a = np.clip(action, self.low, self.high)
+        next_obs, reward, term, trunc, _ = self.env.step(a)
+        if self.replay_pub is not None:
+            self._pending.append(np.concatenate([self.obs, a, next_obs, [reward, term, trunc]])
+                                 .astype(np.float32))
+        self.sent += 1
+        self.steps += 1
+        self.episode_return += float(reward)
+        self.episode_len += 1
+        self._dup_guard = action.tobytes() if republished else None
+        self.obs = next_obs
+        if term or trunc:
+            self._end_episode()
+        if self.joint_pub is not None:
+            self._publish_joint_states()
+        if len(self._pending) >= self.replay_batch:
+            self._flush()
+
+    def _end_episode(self) -> None:
+        self.episodes += 1
+        self._returns.append(self.episode_return)
+        self.return_pub.publish(Float64(data=self.episode_return))
+        now = time.monotonic()
+        if now - self._last_report >= self.report_period:
+            self._last_report = now
+            recent = self._returns[-10:]
+            self.get_logger().info(f"{self.episodes} episodes, {self.steps} steps: mean return of the "
+                                   f"last {len(recent)} {np.mean(recent):.1f}")
+        self.episode_return, self.episode_len = 0.0, 0
+        self.obs, _ = self.env.reset()
+
+    def _flush(self) -> None:
+        if not self._pending or self.replay_pub is None:
+            return
+        rows = np.stack(self._pending)
+        self._pending.clear()
+        o, a = self.obs_dim, self.act_dim
+        msg = m.replay_to_msg(rows[:, :o], rows[:, o:o + a], rows[:, o + a:2 * o + a], rows[:, -3],
+                              rows[:, -2], rows[:, -1], seq=self.seq, source=self.source)
+        self.seq += 1
+        self.replay_pub.publish(msg)
+
+    def _publish_joint_states(self) -> None:
+        data = self.env.unwrapped.data
+        msg = m.joint_state_msg(self.joint_names, data.qpos[self._qpos], data.qvel[self._qvel],
+                                stamp=self.get_clock().now().to_msg())
+        self.joint_pub.publish(msg)
+
+    # ------------------------------------------------------------------ real time
+    def _realtime_step(self) -> None:
+        if not self.started:
+            if not self.ready():
+                return
+            self.started = True
+        self._step(self._latest_action)
+        self._publish_observation()
+
+    @property
+    def mean_recent_return(self) -> float:
+        return float(np.mean(self._returns[-10:])) if self._returns else math.nan
+
+    def close(self) -> None:
+        try:
+            self._flush()
+        except Exception as err:  # the context may already be shut down (Ctrl-C)
+            self.get_logger().warning(f"could not flush {len(self._pending)} transitions: {err}")
+        self.env.close()
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(SimBridge, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""The simulated task of a sim bridge: a Gymnasium MuJoCo id or any MJCF file, plus its joints.
+
+A Gymnasium id (``InvertedPendulum-v5``) gives the task with its reward and termination. An MJCF
+file (``robot.xml``) gives a generic task: observation = all hinge/slide joint positions then
+velocities (MuJoCo's qpos-then-qvel order, the convention of ``ObservationSpec``), action = the
+actuator controls within their ``ctrlrange``, reward 0 (OPOLO needs none), no termination and a
+time limit. Either way :func:`joint_layout` names the joints for ``/joint_states``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from opolo_ros.sim.envs import TimeFeature, make_env
+
+DEFAULT_MJCF_STEPS = 1000
+
+
+def is_mjcf(env_id: str) -> bool:
+    return env_id.endswith(".xml")
+
+
+class MjcfEnv(gym.Env):
+    """A MuJoCo model from an MJCF file as a Gymnasium env (see the module docstring)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, path: str | Path, frame_skip: int = 1, reset_noise: float = 0.01) -> None:
+        import mujoco
+
+        self._mujoco = mujoco
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"MJCF file not found: {path}")
+        try:
+            self.model = mujoco.MjModel.from_xml_path(str(path))
+        except Exception as err:  # mujoco raises ValueError with the parser's message
+            raise ValueError(f"cannot load MJCF {path}: {err}") from None
+        if self.model.nu == 0:
+            raise ValueError(f"MJCF {path} has no actuators: nothing for a policy to command")
+        self.data = mujoco.MjData(self.model)
+        self.frame_skip = frame_skip
+        self.reset_noise = reset_noise
+        self.joints = joint_layout_of_model(self.model)
+        names, qpos, qvel = self.joints
+        dim = 2 * len(names)
+        inf = np.full(dim, np.inf, dtype=np.float32)
+        self.observation_space = gym.spaces.Box(-inf, inf, dtype=np.float32)
+        low = np.full(self.model.nu, -1.0, dtype=np.float32)
+        high = np.full(self.model.nu, 1.0, dtype=np.float32)
+        limited = self.model.actuator_ctrllimited.astype(bool)
+        low[limited] = self.model.actuator_ctrlrange[limited, 0]
+        high[limited] = self.model.actuator_ctrlrange[limited, 1]
+        self.action_space = gym.spaces.Box(low, high, dtype=np.float32)
+        self.dt = float(self.model.opt.timestep) * frame_skip
+
+    def _obs(self) -> np.ndarray:
+        _, qpos, qvel = self.joints
+        return np.concatenate([self.data.qpos[qpos], self.data.qvel[qvel]]).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        mujoco = self._mujoco
+        mujoco.mj_resetData(self.model, self.data)
+        noise = self.reset_noise
+        self.data.qpos[:] += self.np_random.uniform(-noise, noise, self.model.nq)
+        self.data.qvel[:] += self.np_random.uniform(-noise, noise, self.model.nv)
+        mujoco.mj_forward(self.model, self.data)
+        return self._obs(), {}
+
+    def step(self, action):  # type: ignore[override]
+        self.data.ctrl[:] = np.clip(action, self.action_space.low, self.action_space.high)
+        self._mujoco.mj_step(self.model, self.data, nstep=self.frame_skip)
+        return self._obs(), 0.0, False, False, {}
+
+
+JointLayout = tuple[list[str], np.ndarray, np.ndarray]
+
+
+def joint_layout_of_model(model) -> JointLayout:
+    """Names and qpos/qvel addresses of the 1-dof (hinge, slide) joints of a MuJoCo model.
+
+    Free and ball joints have no scalar position, so they are left out of ``/joint_states``.
+    """
+    import mujoco
+
+    names, qpos, qvel = [], [], []
+    one_dof = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+    for j in range(model.njnt):
+        if int(model.jnt_type[j]) not in one_dof:
+            continue
+        names.append(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}")
+        qpos.append(model.jnt_qposadr[j])
+        qvel.append(model.jnt_dofadr[j])
+    return names, np.asarray(qpos, dtype=np.intp), np.asarray(qvel, dtype=np.intp)
+
+
+def joint_layout(env: gym.Env) -> JointLayout:
+    """The 1-dof joints of a MuJoCo env (any Gymnasium MuJoCo task or :class:`MjcfEnv`)."""
+    base = env.unwrapped
+    if not hasattr(base, "model"):
+        return [], np.zeros(0, np.intp), np.zeros(0, np.intp)
+    return joint_layout_of_model(base.model)
+
+
+def make_task_env(env_id: str, seed: int | None = None, time_feature: bool = False,
+                  max_episode_steps: int = 0) -> gym.Env:
+    """A Gymnasium id or an MJCF path as an env, seeded as the direct loop seeds its env.
+
+    `max_episode_steps` > 0 overrides the task's time limit (MJCF default: 1000 steps).
+    """
+    if is_mjcf(env_id):
+        steps = max_episode_steps or DEFAULT_MJCF_STEPS
+        env: gym.Env = gym.wrappers.TimeLimit(MjcfEnv(env_id), max_episode_steps=steps)
+        if time_feature:
+            env = TimeFeature(env, max_steps=steps)
+        if seed is not None:
+            env.reset(seed=seed)
+            env.action_space.seed(seed)
+        return env
+    kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps > 0 else {}
+    return make_env(env_id, seed=seed, time_feature=time_feature, **kwargs)
+
+
+def max_steps_of(env: gym.Env) -> int:
+    """The episode time limit of an env made by :func:`make_task_env`."""
+    spec_steps = env.spec.max_episode_steps if env.spec is not None else None
+    e = env
+    while isinstance(e, gym.Wrapper):
+        if isinstance(e, gym.wrappers.TimeLimit):
+            return int(e._max_episode_steps)
+        e = e.env
+    return int(spec_steps or DEFAULT_MJCF_STEPS)
+
+
+def control_period(env: gym.Env) -> float:
+    """Seconds of simulated time per env step (the real-time mode's timer period)."""
+    return float(getattr(env.unwrapped, "dt", 0.02))

@@ -1,0 +1,200 @@
+"""Launch descriptions against the package: executables, arguments, parameter files, parameter names.
+
+The static checks parse the files with ``ast`` (no ``launch`` import, which is not installable
+here); the description checks run each file's ``describe()`` (plain Python) and compare every
+parameter a node is given with the parameters the node declares.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opolo_ros import launch_runner as lr
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
+REQUIRED_ARGS = {
+    "sim_train": {"env", "demos", "seed", "namespace", "params_file", "total_steps", "run_dir"},
+    "record_expert": {"env", "model", "seed", "namespace", "output", "episodes", "storage"},
+    "deploy": {"model", "namespace", "observation_topic", "action_topic"},
+}
+
+
+def console_scripts() -> dict[str, str]:
+    """setup.py's console_scripts, name -> 'module:function', read with ast."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and key.value == "console_scripts":
+                    entries = [ast.literal_eval(e) for e in value.elts]
+                    return {n.strip(): t.strip() for n, t in (e.split("=", 1) for e in entries)}
+    raise AssertionError("setup.py has no console_scripts")
+
+
+def calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == name]
+
+
+def module_parameters(module: str) -> set[str]:
+    """The keys of a node module's PARAMETERS table, read with ast."""
+    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else \
+            (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if getattr(target, "id", None) == "PARAMETERS":
+            return {k.value for k in node.value.keys}
+    raise AssertionError(f"{module} has no PARAMETERS table")
+
+
+def declared_parameters(executable: str) -> set[str]:
+    module = console_scripts()[executable].split(":")[0]
+    names = module_parameters(module)
+    if executable == "learner":
+        from opolo_ros.algo.config import RunConfig, to_dict
+
+        names |= set(lr._flatten(to_dict(RunConfig())))
+    return names
+
+
+def test_there_are_the_three_launch_files():
+    assert {p.name.removesuffix(".launch.py") for p in LAUNCH_FILES} == set(REQUIRED_ARGS)
+
+
+@pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
+def test_launch_file_is_a_launch_description_with_documented_arguments(path):
+    tree = ast.parse(path.read_text())
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert {"generate_launch_description", "describe"} <= functions
+    top_imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    for node in top_imports:  # launch/launch_ros are imported lazily (by launch_description)
+        module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+        assert not module.startswith(("launch", "rclpy")), f"{path.name} imports {module} at module level"
+    args = calls(tree, "LaunchArg")
+    names = []
+    for call in args:
+        assert len(call.args) == 3 and all(isinstance(a, ast.Constant) and isinstance(a.value, str)
+                                           for a in call.args), ast.unparse(call)
+        name, default, description = (a.value for a in call.args)
+        assert len(description) > 15, f"{name}: describe the argument"
+        names.append(name)
+    assert len(names) == len(set(names))
+    assert REQUIRED_ARGS[path.name.removesuffix(".launch.py")] <= set(names)
+
+
+@pytest.mark.parametrize("path", LAUNCH_FILES, ids=lambda p: p.name)
+def test_launch_file_nodes_are_package_executables(path):
+    scripts = console_scripts()
+    tree = ast.parse(path.read_text())
+    specs = calls(tree, "NodeSpec")
+    assert specs
+    for call in specs:
+        executable = call.args[0].value
+        assert executable in scripts, f"{path.name}: {executable} is not a console_script in setup.py"
+        module, function = scripts[executable].split(":")
+        source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+        assert f"def {function}(" in source, f"{scripts[executable]} does not exist"
+    exits = [c for c in specs if any(k.arg == "exit_ends_launch" and ast.literal_eval(k.value) is True
+                                     for k in c.keywords)]
+    assert len(exits) == 1, f"{path.name}: exactly one node must end the launch (on_exit=Shutdown())"
+
+
+def test_entry_points_of_all_nodes_exist():
+    for name, target in console_scripts().items():
+        module, function = target.split(":")
+        source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+        assert f"def {function}(" in source, f"console_script {name}: {target} does not exist"
+    assert set(lr.NODE_CLASSES) == set(console_scripts()) - {"opolo-ros"}
+
+
+def ros_parameter_files() -> list[Path]:
+    return sorted(p for p in (ROOT / "config").glob("*.yaml")
+                  if any(isinstance(v, dict) and "ros__parameters" in v
+                         for v in (yaml.safe_load(p.read_text()) or {}).values()))
+
+
+def launch_node_names() -> dict[str, str]:
+    """Node name -> executable over all launch files."""
+    out = {}
+    for path in LAUNCH_FILES:
+        for call in calls(ast.parse(path.read_text()), "NodeSpec"):
+            out[call.args[1].value] = call.args[0].value
+    return out
+
+
+def test_task_parameter_files_exist():
+    assert Path(lr.task_params_file("InvertedPendulum-v5")) == ROOT / "config" / "inverted_pendulum.yaml"
+    assert ros_parameter_files(), "no ROS 2 parameter files in config/"
+
+
+@pytest.mark.parametrize("path", ros_parameter_files(), ids=lambda p: p.name)
+def test_parameter_file_sections_match_nodes_and_their_parameters(path):
+    nodes = launch_node_names()
+    sections = lr.read_params_file(path)
+    shared = set(lr._flatten(sections.get("/**", {})))
+    for section, params in sections.items():
+        if section == "/**":
+            continue
+        name = section.rsplit("/", 1)[-1]
+        assert name in nodes, f"{path.name}: section {section!r} is no node of the launch files"
+        unknown = set(lr._flatten(params)) - declared_parameters(nodes[name])
+        assert not unknown, f"{path.name}: {section} does not declare {sorted(unknown)}"
+    everyone = set().union(*(declared_parameters(e) for e in set(nodes.values())))
+    assert shared <= everyone, f"{path.name}: /** keys {sorted(shared - everyone)} are declared by no node"
+    from opolo_ros.algo.config import load_run_config
+
+    load_run_config(path)  # the learner section is a valid run config (the direct loop reads it too)
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED_ARGS))
+def test_described_nodes_get_only_parameters_they_declare(name, tmp_path):
+    pytest.importorskip("rclpy")  # describe() uses opolo_ros.nodes helpers
+    args = {"deploy": ["model:=models/experts/InvertedPendulum-v5.onnx"],
+            "record_expert": [f"output:={tmp_path / 'bag'}"], "sim_train": [f"run_dir:={tmp_path}"]}[name]
+    _, values, specs = lr.describe_launch(name, args)
+    assert values.keys() >= REQUIRED_ARGS[name]
+    ip_file = lr.read_params_file(lr.task_params_file("InvertedPendulum-v5"))
+    shared = set(lr._flatten(ip_file.get("/**", {})))  # given to every node, as rcl does
+    for spec in specs:
+        unknown = set(spec.parameters) - declared_parameters(spec.executable) - shared
+        assert not unknown, f"{name}: {spec.name} is given undeclared parameters {sorted(unknown)}"
+    assert sum(s.exit_ends_launch for s in specs) == 1
+
+
+def test_sim_train_passes_one_max_ahead_to_bridge_and_actor(tmp_path):
+    pytest.importorskip("rclpy")
+    _, _, specs = lr.describe_launch("sim_train", ["max_ahead:=7", "seed:=3", f"run_dir:={tmp_path}",
+                                                   "policy_every:=100"])
+    by_name = {s.name: s.parameters for s in specs}
+    assert by_name["sim_bridge"]["max_ahead"] == by_name["actor"]["swap_delay"] == 7
+    assert by_name["sim_bridge"]["policy_every"] == by_name["learner"]["policy_every"] == 100
+    assert by_name["sim_bridge"]["seed"] == by_name["actor"]["seed"] == by_name["learner"]["seed"] == 3
+    assert by_name["learner"]["run_dir"] == str(tmp_path)
+    assert by_name["actor"]["warmup_steps"] == by_name["learner"]["schedule.warmup_steps"]
+
+
+def test_node_parameters_precedence_and_namespaces(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "/**": {"ros__parameters": {"seed": 1, "env_id": "A"}},
+        "learner": {"ros__parameters": {"seed": 2, "opolo": {"lr": 0.1}}},
+        "/robot/learner": {"ros__parameters": {"seed": 3}},
+    }))
+    assert lr.node_parameters(path, "learner") == {"seed": 2, "env_id": "A", "opolo.lr": 0.1}
+    assert lr.node_parameters(path, "learner", "robot") == {"seed": 3, "env_id": "A", "opolo.lr": 0.1}
+    assert lr.node_parameters(path, "actor") == {"seed": 1, "env_id": "A"}
+
+
+def test_argument_parsing_errors():
+    assert lr.parse_arguments(["env:=Hopper-v5", "demos:=a:=b"]) == {"env": "Hopper-v5", "demos": "a:=b"}
+    with pytest.raises(ValueError, match="name:=value"):
+        lr.parse_arguments(["env=Hopper-v5"])
+    with pytest.raises(ValueError, match="unknown launch argument"):
+        lr.resolve_arguments([lr.LaunchArg("env", "", "the task id")], {"enf": "x"})
+    with pytest.raises(FileNotFoundError, match="available: deploy, record_expert, sim_train"):
+        lr.find_launch_file("nope")
+    assert lr.task_name("HalfCheetah-v5") == "half_cheetah" and lr.task_name("robots/arm.xml") == "arm"

@@ -1,0 +1,186 @@
+"""Nodes over real DDS: expert recording -> bag -> player, and the actor's hot swap.
+
+Graphs are composed with :class:`GraphRunner` (one context, one executor, as ``opolo-ros launch``);
+observer and publisher nodes of the tests live in their own contexts (separate DDS participants,
+as separate processes would be), from the ``ros_node`` fixture.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("rclpy")
+torch = pytest.importorskip("torch")
+
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, UInt8MultiArray  # noqa: E402
+
+from opolo_ros.data.bags import read_demonstrations  # noqa: E402
+from opolo_ros.export.onnx_policy import export_policy  # noqa: E402
+from opolo_ros.launch_runner import GraphRunner, NodeSpec, load_launch_module  # noqa: E402
+from opolo_ros.ros import messages as m  # noqa: E402
+from opolo_ros.ros.qos import qos_for  # noqa: E402
+from opolo_ros.ros.runtime import spin_until  # noqa: E402
+from opolo_ros.sim.envs import make_env  # noqa: E402
+
+pytestmark = pytest.mark.ros
+ROOT = Path(__file__).resolve().parents[1]
+ENV = "InvertedPendulum-v5"
+
+
+class Linear(torch.nn.Module):
+    """a = clamp(K obs + b, -1, 1) in [-1, 1] units (the ONNX contract rescales to [-3, 3])."""
+
+    def __init__(self, gains, bias: float = 0.0, obs_dim: int = 4) -> None:
+        super().__init__()
+        self.obs_dim, self.act_dim = obs_dim, 1
+        self.k = torch.nn.Parameter(torch.tensor([gains], dtype=torch.float32), requires_grad=False)
+        self.b = torch.nn.Parameter(torch.tensor([bias], dtype=torch.float32), requires_grad=False)
+
+    def forward(self, obs):
+        return torch.clamp(obs @ self.k.T + self.b, -1.0, 1.0)
+
+
+def onnx_policy(path: Path, gains, bias: float = 0.0, version: int = 0, obs_dim: int = 4) -> Path:
+    torch.set_num_threads(1)
+    return export_policy(Linear(gains, bias, obs_dim), path, action_low=-3.0, action_high=3.0,
+                         metadata={"env_id": ENV, "version": version, "source": "test"})
+
+
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage):
+    # A stabilising state feedback (K = [2, 20, 1, 1], /3 for [-1, 1] units) as the ONNX expert.
+    expert = onnx_policy(tmp_path / "expert.onnx", [2 / 3, 20 / 3, 1 / 3, 1 / 3])
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"sim_bridge": {"ros__parameters": {"max_episode_steps": 120}}}))
+    record = load_launch_module(ROOT / "launch" / "record_expert.launch.py")
+    args = {a.name: a.default for a in record.ARGUMENTS}
+    bag = tmp_path / "bag"
+    args.update(env=ENV, model=str(expert), output=str(bag), episodes="2", storage=storage, seed="4",
+                params_file=str(params))
+    with GraphRunner(record.describe(args), ros_domain_id) as graph:
+        assert graph.spin_until(graph.done, timeout_s=60.0), "the recorder did not finish"
+        recorded = graph.nodes["demo_recorder"].episodes
+    assert [len(ep.obs) for ep in recorded] == [121, 121]  # the expert balances: time-limit ends
+    first_obs, _ = make_env(ENV, seed=4).reset(seed=4)  # the bridge's seeded first reset
+    np.testing.assert_array_equal(recorded[0].obs[0], first_obs.astype(np.float32))
+    assert [ep.ret for ep in recorded] == [120.0, 120.0]
+
+    # The bag reads back with rosbags, identical.
+    assert (bag / "metadata.yaml").is_file()
+    assert list(bag.glob("*.mcap" if storage == "mcap" else "*.db3"))
+    from_bag = read_demonstrations(bag)
+    assert len(from_bag) == 2 and from_bag[0].meta["env_id"] == ENV
+    for a, b in zip(recorded, from_bag):
+        np.testing.assert_array_equal(a.obs, b.obs)
+        assert a.ret == b.ret
+
+    # The player publishes the bag's episodes; a late subscriber receives them (transient local).
+    player = NodeSpec("demo_player", "demo_player", parameters={"demos": str(bag)})
+    with GraphRunner([player], ros_domain_id) as graph:
+        node, executor = ros_node("demo_listener")
+        got = {}
+        node.create_subscription(Float32MultiArray, "/opolo/demonstrations",
+                                 lambda msg: got.setdefault(m.msg_to_demonstration(msg).episode,
+                                                            m.msg_to_demonstration(msg)),
+                                 qos_for("demonstrations"))
+        assert spin_until([executor, graph.executor], lambda: len(got) == 2, timeout_sec=20.0)
+    for k, ep in enumerate(recorded):
+        np.testing.assert_array_equal(got[k].obs, ep.obs)
+        assert got[k].episode_return == ep.ret
+
+
+def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node):
+    """Policies arrive mid-run on /opolo/policy; a mismatched one is refused; no step is lost.
+
+    Each policy outputs a constant, so the actions on the wire show which policy chose them.
+    """
+    zero = [0.0, 0.0, 0.0, 0.0]
+    first = onnx_policy(tmp_path / "v1.onnx", zero, bias=0.1, version=1)
+    swaps = {2: 0.2, 4: 0.4}  # version -> constant in [-1, 1] units (0.6 and 1.2 in env units)
+    specs = [
+        NodeSpec("sim_bridge", "sim_bridge", parameters={
+            "env_id": ENV, "mode": "lockstep", "flow_control": False, "publish_replay": False,
+            "joint_states_topic": "", "max_episode_steps": 50}),
+        NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(first)}),
+    ]
+    sender, sender_exec = ros_node("policy_sender")
+    policy_pub = sender.create_publisher(UInt8MultiArray, "/opolo/policy", qos_for("policy"))
+    seen: list[float] = []
+    sender.create_subscription(Float64MultiArray, "action", lambda msg: seen.append(float(msg.data[0])),
+                               qos_for("action"))
+    with GraphRunner(specs, ros_domain_id) as graph:
+        bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
+        both = [graph.executor, sender_exec]
+        steps_at_swap = []
+        plan = [(2, onnx_policy(tmp_path / "v2.onnx", zero, swaps[2], 2)),
+                (3, onnx_policy(tmp_path / "v3.onnx", [0.0] * 5, 0.3, 3, obs_dim=5)),  # wrong obs_dim
+                (4, onnx_policy(tmp_path / "v4.onnx", zero, swaps[4], 4))]
+        assert spin_until(both, lambda: bridge.steps > 100, timeout_sec=20.0)
+        for version, path in plan:
+            steps_at_swap.append(bridge.steps)
+            policy_pub.publish(m.policy_to_msg(path.read_bytes(), version))
+            target = bridge.steps + 150
+            assert spin_until(both, lambda t=target: bridge.steps > t, timeout_sec=20.0)
+            if version != 3:
+                assert spin_until(both, lambda v=version: actor.version == v, timeout_sec=5.0)
+        deadline = time.monotonic() + 0.3
+        spin_until(both, lambda: time.monotonic() > deadline, timeout_sec=1.0)
+        steps, actions, republished = bridge.steps, actor.actions, bridge.republished
+        rejected, version = actor.rejected, actor.version
+    assert rejected == 1 and version == 4  # the obs_dim-5 model was refused, v2 kept until v4
+    assert republished == 0, "an observation went unanswered (a dropped control step)"
+    assert actions - steps in (0, 1), (actions, steps)  # one action per observation (+1 in flight)
+    values = np.round(np.array(seen), 6)
+    expected = {round(3.0 * c, 6): v for v, c in {1: 0.1, **swaps}.items()}
+    assert set(values) <= set(expected), set(values)  # nothing from the refused model, nothing mixed
+    order = [expected[x] for x in values]
+    assert order == sorted(order) and set(order) == {1, 2, 4}  # swaps happen once, in order
+
+
+MJCF = """<mujoco>
+  <option timestep="0.01"/>
+  <worldbody>
+    <body name="pole" pos="0 0 1">
+      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0 0 0.5" size="0.05" mass="1"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="hinge" ctrlrange="-2 2" ctrllimited="true"/></actuator>
+</mujoco>
+"""
+
+
+def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain_id):
+    """Any MJCF file, stepped on a wall-clock timer; a deploy actor reads /joint_states at 50 Hz.
+
+    The sim runs at 100 Hz and holds the newest command between two (zero-order hold).
+    """
+    model = tmp_path / "pendulum.xml"
+    model.write_text(MJCF)
+    policy = export_policy(Linear([0.0, 0.0], bias=0.25, obs_dim=2), tmp_path / "p.onnx", action_low=-2.0,
+                           action_high=2.0, metadata={"env_id": str(model)})
+    specs = [
+        NodeSpec("sim_bridge", "sim_bridge", parameters={
+            "env_id": str(model), "mode": "realtime", "rate_hz": 100.0, "publish_replay": False}),
+        NodeSpec("actor", "actor", parameters={
+            "mode": "deploy", "model": str(policy), "subscribe_policy": False, "joints": ["hinge"],
+            "observation_topic": "/joint_states", "rate_hz": 50.0, "command_qos": "reliable"}),
+    ]
+    with GraphRunner(specs, ros_domain_id) as graph:
+        bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
+        start = time.monotonic()
+        assert graph.spin_until(lambda: time.monotonic() - start > 2.0 and actor.actions > 20, timeout_s=10.0)
+        elapsed = time.monotonic() - start
+        steps, actions = bridge.steps, actor.actions
+        applied = bridge._latest_action.copy()
+        angle = float(bridge.env.unwrapped.data.qpos[0])
+    assert bridge.joint_names == ["hinge"] and bridge.obs_dim == 2 and bridge.act_dim == 1
+    assert 0.3 * 100 * elapsed < steps < 1.3 * 100 * elapsed  # wall-clock paced (a loaded machine)
+    assert steps > actions  # 100 Hz sim, 50 Hz commands: the newest command is held in between
+    np.testing.assert_allclose(applied, [0.5], rtol=1e-6)  # 0.25 in [-1, 1] units of [-2, 2]
+    assert abs(angle) > 1e-3  # the motor turned the pole
