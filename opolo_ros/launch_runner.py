@@ -43,6 +43,8 @@ from typing import Any
 
 import yaml
 
+from opolo_ros.algo.config import read_yaml
+
 PACKAGE = "opolo_ros"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
 NODE_CLASSES = {
@@ -138,12 +140,7 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def read_params_file(path: str | Path) -> dict[str, Any]:
     """A ROS 2 parameter file as ``{node key: ros__parameters mapping}``."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"parameter file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"parameter file {path} is not valid YAML: {err}") from None
+    data = read_yaml(path, "parameter file")
     if not isinstance(data, Mapping):
         raise ValueError(f"parameter file {path}: expected a mapping of node names")
     out: dict[str, Any] = {}

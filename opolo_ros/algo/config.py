@@ -197,6 +197,17 @@ def _validate(obj: Any, prefix: str) -> None:
 RUN_NODE = "learner"
 
 
+def read_yaml(path: str | Path, what: str = "config file") -> Any:
+    """A YAML file's content, with one-line errors for a missing file or malformed YAML."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} {path} is not valid YAML: {exc}") from None
+
+
 def run_section(data: Any, path: Path | str = "<config>") -> Mapping[str, Any]:
     """The run-config mapping of a YAML document.
 
@@ -225,14 +236,7 @@ def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any]
     """Build a RunConfig from defaults, then a YAML file, then a mapping of overrides."""
     cfg = RunConfig()
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"config file {path} is not valid YAML: {exc}") from exc
-        cfg = update_dataclass(cfg, run_section(data, path))
+        cfg = update_dataclass(cfg, run_section(read_yaml(path), path))
     if overrides:
         cfg = update_dataclass(cfg, overrides)
     return cfg
