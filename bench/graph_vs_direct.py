@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
-from opolo_ros.algo.config import load_run_config  # noqa: E402
+from opolo_ros.algo.config import deep_merge, load_run_config  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, load_launch_module  # noqa: E402
 from opolo_ros.train.direct import DirectTrainer  # noqa: E402
 from opolo_ros.train.logger import RunLogger  # noqa: E402
@@ -57,14 +57,7 @@ def write_params(config: Path, out: Path, learner: dict) -> Path:
     """`config` with learner overrides (nested) merged in: one file both systems read."""
     data = yaml.safe_load(config.read_text())
 
-    def merge(dst: dict, src: dict) -> None:
-        for key, value in src.items():
-            if isinstance(value, dict) and isinstance(dst.get(key), dict):
-                merge(dst[key], value)
-            else:
-                dst[key] = value
-
-    merge(data["learner"]["ros__parameters"], learner)
+    deep_merge(data["learner"]["ros__parameters"], learner)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out

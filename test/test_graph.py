@@ -17,7 +17,7 @@ import yaml
 
 pytest.importorskip("rclpy")
 
-from opolo_ros.algo.config import load_run_config  # noqa: E402
+from opolo_ros.algo.config import deep_merge, load_run_config  # noqa: E402
 from opolo_ros.data.bags import write_demonstrations  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, load_launch_module  # noqa: E402
 from opolo_ros.sim.rollout import rollout_episodes  # noqa: E402
@@ -49,19 +49,12 @@ def params_file(tmp_path: Path, learner: dict, bridge: dict | None = None) -> Pa
     """The shipped InvertedPendulum parameter file with test-sized learner settings on top."""
     data = yaml.safe_load((ROOT / "config" / "inverted_pendulum.yaml").read_text())
 
-    def merge(dst: dict, src: dict) -> None:
-        for key, value in src.items():
-            if isinstance(value, dict) and isinstance(dst.get(key), dict):
-                merge(dst[key], value)
-            else:
-                dst[key] = value
-
-    merge(data["learner"]["ros__parameters"], {
+    deep_merge(data["learner"]["ros__parameters"], {
         "progress": False, "torch_threads": 1, "checkpoint_every": 0, "eval_every": 0,
         "eval_episodes": 5, **learner})
     if bridge:
         data.setdefault("sim_bridge", {"ros__parameters": {}})
-        merge(data["sim_bridge"]["ros__parameters"], bridge)
+        deep_merge(data["sim_bridge"]["ros__parameters"], bridge)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -260,17 +260,19 @@ def parse_override(text: str) -> dict[str, Any]:
 def merge_overrides(items: list[str]) -> dict[str, Any]:
     """Merge several 'key=value' overrides into one nested mapping."""
     merged: dict[str, Any] = {}
-
-    def merge(dst: dict[str, Any], src: Mapping[str, Any]) -> None:
-        for k, v in src.items():
-            if isinstance(v, Mapping) and isinstance(dst.get(k), dict):
-                merge(dst[k], v)
-            else:
-                dst[k] = v
-
     for item in items:
-        merge(merged, parse_override(item))
+        deep_merge(merged, parse_override(item))
     return merged
+
+
+def deep_merge(dst: dict[str, Any], src: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge nested mapping `src` into `dst` in place (mappings merge, other values replace)."""
+    for k, v in src.items():
+        if isinstance(v, Mapping) and isinstance(dst.get(k), dict):
+            deep_merge(dst[k], v)
+        else:
+            dst[k] = v
+    return dst
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
