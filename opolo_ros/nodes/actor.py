@@ -53,6 +53,7 @@ from opolo_ros.export.onnx_policy import OnnxPolicy, PolicyLoadError, load_polic
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
+from opolo_ros.sim.actions import ActionScaler
 
 POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -65,8 +66,7 @@ class LoadedPolicy:
     """A ready-to-run model with its action bounds: swapped in as one object."""
 
     policy: OnnxPolicy
-    low: np.ndarray
-    high: np.ndarray
+    scaler: ActionScaler  # the model's action bounds
     version: int
     origin: str
 
@@ -76,14 +76,16 @@ class LoadedPolicy:
         policy = load_policy(source, expected_obs_dim=obs_dim, expected_act_dim=act_dim)
         policy.warmup()
         meta = policy.metadata
-        return cls(policy, np.asarray(meta.action_low, np.float32), np.asarray(meta.action_high, np.float32),
+        return cls(policy, ActionScaler(meta.action_low, meta.action_high),
                    meta.version if version is None else version, policy.origin)
 
-    def to_unit(self, a: np.ndarray) -> np.ndarray:
-        return 2.0 * (a - self.low) / (self.high - self.low) - 1.0
+    @property
+    def low(self) -> np.ndarray:
+        return self.scaler.low
 
-    def to_env(self, u: np.ndarray) -> np.ndarray:
-        return self.low + (np.clip(u, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
+    @property
+    def high(self) -> np.ndarray:
+        return self.scaler.high
 
 
 PARAMETERS: dict[str, tuple] = {
@@ -356,10 +358,10 @@ class Actor(FinishableNode):
         if warm:
             unit = self.rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
         else:
-            a = current.to_unit(current.policy(obs))
+            a = current.scaler.to_unit(current.policy(obs))
             noise = self.rng.normal(0.0, self.noise, act_dim)
             unit = np.clip(a + noise, -1.0, 1.0).astype(np.float32)
-        return current.to_env(unit).astype(np.float64)
+        return current.scaler.to_env(unit).astype(np.float64)
 
     def _safe(self, action: np.ndarray, current: LoadedPolicy) -> np.ndarray:
         low, high = self.limits if self.limits is not None else (current.low, current.high)

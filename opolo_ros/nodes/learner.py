@@ -56,8 +56,8 @@ from opolo_ros.nodes.common import (
 from opolo_ros.nodes.tasks import is_mjcf, make_task_env, max_steps_of
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
+from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
-    ActionScaler,
     add_time_feature,
     evaluate,
     normalised_score,

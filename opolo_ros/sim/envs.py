@@ -57,26 +57,6 @@ def make_env(env_id: str, seed: int | None = None, time_feature: bool = False, *
     return env
 
 
-class ActionScaler:
-    """Map policy actions in [-1, 1] to the environment's bounds and back."""
-
-    def __init__(self, low: np.ndarray, high: np.ndarray) -> None:
-        self.low = np.asarray(low, dtype=np.float32)
-        self.high = np.asarray(high, dtype=np.float32)
-        if not (np.all(np.isfinite(self.low)) and np.all(np.isfinite(self.high))):
-            raise ValueError("action bounds must be finite")
-
-    @classmethod
-    def from_space(cls, space: gym.spaces.Box) -> ActionScaler:
-        return cls(space.low, space.high)
-
-    def to_env(self, a: np.ndarray) -> np.ndarray:
-        return self.low + (np.clip(a, -1.0, 1.0) + 1.0) * 0.5 * (self.high - self.low)
-
-    def to_unit(self, a: np.ndarray) -> np.ndarray:
-        return 2.0 * (np.asarray(a, dtype=np.float32) - self.low) / (self.high - self.low) - 1.0
-
-
 def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int = 10,
              seed: int = 10_000, time_feature: bool = False) -> np.ndarray:
     """Deterministic evaluation: returns of `episodes` episodes; `policy` maps obs -> env-unit action."""

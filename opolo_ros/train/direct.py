@@ -22,8 +22,8 @@ from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy
+from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
-    ActionScaler,
     add_time_feature,
     evaluate,
     get_env_state,
