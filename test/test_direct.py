@@ -74,3 +74,32 @@ def test_train_writes_run_folder(tmp_path, demos):
     rows = (run / "eval.csv").read_text().splitlines()
     assert len(rows) == 3  # header + evaluations at 60 and 120
     assert result.env_steps == 120 and np.isfinite(result.eval_mean)
+
+
+@pytest.mark.parametrize("name", ["gpu", "cuda:x"])
+def test_bad_device_is_a_config_error(tmp_path, demos, name):
+    with pytest.raises(ValueError, match="config 'device'"):
+        DirectTrainer(small_cfg(tmp_path, demos, device=name))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_config_error(tmp_path, demos):
+    with pytest.raises(ValueError, match="no CUDA device"):
+        DirectTrainer(small_cfg(tmp_path, demos, device="cuda"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("algo", ["opolo", "td3"])
+def test_cuda_run_trains_and_its_checkpoint_resumes_on_cpu(tmp_path, demos, algo):
+    gpu = DirectTrainer(small_cfg(tmp_path, demos, algo, device="cuda", total_steps=200))
+    before = params(gpu)
+    gpu.train()
+    assert all(p.is_cuda for p in gpu.learner.actor.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, params(gpu)))
+    cpu = DirectTrainer(small_cfg(tmp_path, demos, algo, device="cpu", total_steps=260))
+    cpu.restore()
+    assert cpu.step == 200
+    for a, b in zip(params(gpu), params(cpu)):
+        torch.testing.assert_close(a.cpu(), b)
+    cpu.train()
+    assert cpu.step == 260

@@ -72,6 +72,12 @@ class Checkpointable:
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         raise NotImplementedError
 
+    def to(self, device: torch.device | str) -> Checkpointable:
+        """Move every network to `device` (before the first update: optimiser state follows)."""
+        for module in self.modules().values():
+            module.to(device)
+        return self
+
     def state_dict(self) -> dict[str, Any]:
         parts = {**self.modules(), **self.optimizers()}
         state: dict[str, Any] = {k: m.state_dict() for k, m in parts.items()}

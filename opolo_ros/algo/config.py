@@ -129,6 +129,7 @@ class RunConfig:
     export_every: int = 5_000
     run_dir: str = "runs/default"
     torch_threads: int = 0  # 0: leave torch's default
+    device: str = "cpu"  # torch device for the networks and updates: cpu, cuda, cuda:N, or auto
     progress: bool = True
     opolo: OPOLOConfig = field(default_factory=OPOLOConfig)
     td3: TD3Config = field(default_factory=TD3Config)

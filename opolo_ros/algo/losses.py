@@ -7,6 +7,7 @@ Each function returns a scalar loss; nothing here touches networks' parameters o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -33,8 +34,7 @@ def reward_from_logits(logits: torch.Tensor, eps_low: float = 1e-4, eps_high: fl
     Computed as -clamp(logsigmoid(-logit)) so that it is exact for large |logit|.
     """
     log_one_minus_d = F.logsigmoid(-logits)
-    lo = torch.log(torch.tensor(eps_low, dtype=logits.dtype))
-    hi = torch.log1p(torch.tensor(-eps_high, dtype=logits.dtype))
+    lo, hi = math.log(eps_low), math.log1p(-eps_high)
     return -log_one_minus_d.clamp(lo, hi)
 
 

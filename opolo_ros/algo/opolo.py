@@ -70,7 +70,7 @@ class OPOLOLearner(Checkpointable):
         e_logits, p_logits = self.disc.logits(x_e), self.disc.logits(x_p)
         loss = losses.discriminator_loss(e_logits, p_logits, cfg.disc_entropy_coef)
         if cfg.disc_gp_coef > 0:  # in normalised input space (see Discriminator)
-            eps = torch.rand(x_e.shape[0], 1)
+            eps = torch.rand(x_e.shape[0], 1, device=x_e.device)
             loss = loss + cfg.disc_gp_coef * losses.gradient_penalty(self.disc.logits, x_e, x_p, eps)
         self.disc_opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -30,6 +30,6 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=False, map_location="cpu")
     except Exception as exc:  # corrupt or truncated file
         raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc

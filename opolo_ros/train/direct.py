@@ -72,9 +72,14 @@ class PolicyFn:
         self.actor, self.scaler = actor, scaler
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            a = self.actor(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))[0].numpy()
-        return self.scaler.to_env(a)
+        return self.scaler.to_env(actor_action(self.actor, obs))
+
+
+def actor_action(actor: torch.nn.Module, obs: np.ndarray) -> np.ndarray:
+    """pi(s) in [-1, 1] for one observation, on whatever device the actor lives."""
+    device = next(actor.parameters()).device
+    with torch.no_grad():
+        return actor(torch.as_tensor(obs, dtype=torch.float32, device=device).unsqueeze(0))[0].cpu().numpy()
 
 
 class DirectTrainer:
@@ -145,8 +150,7 @@ class DirectTrainer:
         act_dim = self.learner.act_dim
         if self.schedule.random_action(self.step):
             return self.rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
-        with torch.no_grad():
-            a = self.learner.actor(torch.as_tensor(self.obs, dtype=torch.float32).unsqueeze(0))[0].numpy()
+        a = actor_action(self.learner.actor, self.obs)
         noise = self.rng.normal(0.0, self.cfg.schedule.exploration_noise, act_dim)
         return np.clip(a + noise, -1.0, 1.0).astype(np.float32)
 

@@ -5,8 +5,11 @@ Shared by the direct loop and the ROS learner node, so both run exactly the same
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 
+from opolo_ros.algo.batch import StatePairs, Transitions
 from opolo_ros.algo.config import RunConfig
 from opolo_ros.algo.opolo import OPOLOLearner
 from opolo_ros.algo.schedule import Plan, Schedule
@@ -15,12 +18,34 @@ from opolo_ros.data.demos import ExpertDataset
 from opolo_ros.data.replay import ReplayBuffer
 
 Learner = OPOLOLearner | TD3Learner
+T = TypeVar("T", Transitions, StatePairs)
+
+
+def resolve_device(name: str) -> torch.device:
+    """`cpu`, `cuda`, `cuda:N`, or `auto` (cuda when available); a clear error for the rest."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(f"config 'device': {name!r} is not a device (cpu, cuda, cuda:N, auto)") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"config 'device': {name!r} asked for, but torch sees no CUDA device")
+    return device
 
 
 def make_learner(cfg: RunConfig, obs_dim: int, act_dim: int) -> Learner:
+    learner: Learner
     if cfg.algo == "opolo":
-        return OPOLOLearner(obs_dim, act_dim, cfg.opolo)
-    return TD3Learner(obs_dim, act_dim, cfg.td3)
+        learner = OPOLOLearner(obs_dim, act_dim, cfg.opolo)
+    else:
+        learner = TD3Learner(obs_dim, act_dim, cfg.td3)
+    learner.to(resolve_device(cfg.device))
+    return learner
+
+
+def _to(batch: T, device: torch.device) -> T:
+    return type(batch)(*(t.to(device, non_blocking=True) for t in batch))
 
 
 def make_schedule(cfg: RunConfig) -> Schedule:
@@ -35,24 +60,34 @@ class UpdateRunner:
             raise ValueError("OPOLO needs expert demonstrations")
         self.learner, self.schedule, self.replay, self.experts = learner, schedule, replay, experts
         self.batch_size = schedule.cfg.batch_size
+        # Replay and expert data stay in (CPU) host memory; each minibatch goes to the learner's device.
+        self.device = next(learner.actor.parameters()).device
+        self._move = self.device.type != "cpu"
 
-    def _expert(self):
-        return self.experts.sample(self.batch_size) if self.experts is not None else None
+    def _sample(self) -> Transitions:
+        batch = self.replay.sample(self.batch_size)
+        return _to(batch, self.device) if self._move else batch
+
+    def _expert(self) -> StatePairs | None:
+        if self.experts is None:
+            return None
+        batch = self.experts.sample(self.batch_size)
+        return _to(batch, self.device) if self._move else batch
 
     def run(self, plan: Plan) -> dict[str, torch.Tensor]:
         """Run the plan's updates in order; returns the metrics of the last update of each kind."""
         metrics: dict[str, torch.Tensor] = {}
-        learner, replay, bs = self.learner, self.replay, self.batch_size
+        learner = self.learner
         if isinstance(learner, OPOLOLearner):
             for _ in range(plan.inverse_pretrain):
-                metrics.update(learner.update_inverse(replay.sample(bs)))
+                metrics.update(learner.update_inverse(self._sample()))
             for _ in range(plan.disc):
-                metrics.update(learner.update_discriminator(replay.sample(bs), self._expert()))
+                metrics.update(learner.update_discriminator(self._sample(), self._expert()))
             for _ in range(plan.inverse):
-                metrics.update(learner.update_inverse(replay.sample(bs)))
+                metrics.update(learner.update_inverse(self._sample()))
         delay = self.schedule.cfg.policy_delay
         for _ in range(plan.critic):
-            metrics.update(learner.train_step(replay.sample(bs), self._expert(), delay))
+            metrics.update(learner.train_step(self._sample(), self._expert(), delay))
         return metrics
 
     def state_dict(self) -> dict:
