@@ -19,6 +19,24 @@ from opolo_ros.train.direct import train_direct
 from opolo_ros.train.logger import RunLogger
 
 
+def run_seed(config: str, seed: int, at: list[int], sets: list[str], run_root: str,
+             label: str = "") -> dict[int, dict[str, float]]:
+    """Train (or resume) one seed to max(at); its evaluations at the steps in `at`, by step.
+
+    Evaluations come every min(at) steps when every step in `at` is a multiple of it (else at the
+    config's `eval_every`), so they land exactly on the reported steps.
+    """
+    base = load_run_config(config, merge_overrides(sets))
+    eval_every = min(at) if all(a % min(at) == 0 for a in at) else base.eval_every
+    name = f"{base.env_id}_{label or base.algo}_seed{seed}"
+    run_dir = Path(run_root) / name
+    overrides = {**merge_overrides(sets), "seed": seed, "run_dir": str(run_dir),
+                 "total_steps": max(at), "eval_every": eval_every}
+    train_direct(load_run_config(config, overrides))
+    evals = {int(r["env_step"]): r for r in RunLogger.read_evaluations(run_dir / "eval.csv")}
+    return {a: evals[a] for a in at if a in evals}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
@@ -30,24 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     base = load_run_config(args.config, merge_overrides(args.set))
-    eval_every = min(args.at) if all(a % min(args.at) == 0 for a in args.at) else base.eval_every
-    rows: dict[int, dict[int, tuple[float, float]]] = {}
-    for seed in args.seeds:
-        run_dir = Path(args.run_root) / f"{base.env_id}_{base.algo}_seed{seed}"
-        overrides = {**merge_overrides(args.set), "seed": seed, "run_dir": str(run_dir),
-                     "total_steps": max(args.at), "eval_every": eval_every}
-        cfg = load_run_config(args.config, overrides)
-        train_direct(cfg)
-        evals = {int(r["env_step"]): (r["return_mean"], r["return_std"])
-                 for r in RunLogger.read_evaluations(run_dir / "eval.csv")}
-        rows[seed] = {a: evals[a] for a in args.at if a in evals}
+    rows = {seed: run_seed(args.config, seed, args.at, args.set, args.run_root) for seed in args.seeds}
 
     print(f"\n{base.algo} on {base.env_id}, evaluation return (mean +- std over {base.eval_episodes} "
           f"deterministic episodes)\n")
     print("| seed | " + " | ".join(f"{a // 1000}k steps" for a in args.at) + " |")
     print("|---" * (len(args.at) + 1) + "|")
     for seed, r in rows.items():
-        cells = [f"{r[a][0]:.1f} +- {r[a][1]:.1f}" if a in r else "-" for a in args.at]
+        cells = [f"{r[a]['return_mean']:.1f} +- {r[a]['return_std']:.1f}" if a in r else "-" for a in args.at]
         print(f"| {seed} | " + " | ".join(cells) + " |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

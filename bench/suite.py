@@ -1,0 +1,127 @@
+"""Sample-efficiency benchmark on the paper's task suite: normalised score of OPOLO and OPOLO-x.
+
+    .venv/bin/python bench/suite.py --tasks Hopper-v5 HalfCheetah-v5 --variants opolo opolo-x \
+        --seeds 0 --at 100000 300000 1000000 --out bench/results/suite.json --plots bench/results/curves
+
+Normalised score = (R - R_random) / (R_expert - R_random): R is the deterministic evaluation return
+(10 episodes), R_expert the mean return of the 4 demonstration episodes, R_random a uniform random
+policy's. Each task runs with its parameter file (config/<task>.yaml); OPOLO-x is the same with
+lambda = 0 (no inverse-action regulariser). Runs resume from their run folders, so the benchmark can
+be stopped and continued; cells not reached yet, or tasks without an expert bag in
+models/demos/<task>, are reported as missing, never filled in. With --plots, one learning-curve PNG
+per task from the runs' eval.csv files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from learning import run_seed
+
+from opolo_ros.algo.config import load_run_config
+from opolo_ros.data.demos import load_episodes
+from opolo_ros.launch_runner import task_params_file
+
+VARIANTS = {"opolo": [], "opolo-x": ["opolo.lam=0"]}
+# The paper's OPOLO, normalised to its own expert (Table "off-policy approaches").
+PAPER_OPOLO = {"HalfCheetah-v5": 0.97, "Hopper-v5": 0.98, "Walker2d-v5": 1.01, "Swimmer-v5": 0.99,
+               "Ant-v5": 1.04}
+
+
+def task_config(env_id: str) -> str:
+    path = task_params_file(env_id)
+    if not path:
+        raise SystemExit(f"no parameter file config/<task>.yaml for {env_id}")
+    return path
+
+
+def missing_demos(config: str) -> str:
+    """Why this task cannot run yet ('' when it can)."""
+    demos = Path(load_run_config(config).demos)
+    return "" if demos.exists() else f"no expert demonstrations at {demos}"
+
+
+def run_task(env_id: str, variants: list[str], seeds: list[int], at: list[int], run_root: str,
+             sets: list[str]) -> dict[str, dict]:
+    config = task_config(env_id)
+    why = missing_demos(config)
+    if why:
+        print(f"{env_id}: skipped, {why}", file=sys.stderr)
+        return {v: {"missing": why} for v in variants}
+    return {v: {str(seed): {str(step): row for step, row in
+                            run_seed(config, seed, at, [*sets, *VARIANTS[v]], run_root, label=v).items()}
+                for seed in seeds} for v in variants}
+
+
+def cell(seed_rows: dict, step: int) -> str:
+    if "missing" in seed_rows:
+        return "missing"
+    values = [rows[str(step)]["normalised"] for rows in seed_rows.values() if str(step) in rows]
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    return f"{mean:.2f}" + (f" (n={len(values)})" if len(values) > 1 else "")
+
+
+def table(results: dict[str, dict[str, dict]], at: list[int]) -> str:
+    lines = ["| task | variant | " + " | ".join(f"{a // 1000}k" for a in at) + " | paper OPOLO |",
+             "|---|---|" + "---|" * len(at) + "---|"]
+    for env_id, by_variant in results.items():
+        for variant, seed_rows in by_variant.items():
+            paper = PAPER_OPOLO.get(env_id, float("nan")) if variant == "opolo" else float("nan")
+            lines.append(f"| {env_id} | {variant} | " + " | ".join(cell(seed_rows, a) for a in at)
+                         + f" | {paper:.2f} |".replace("nan", "-"))
+    return "\n".join(lines)
+
+
+def plot(env_id: str, variants: list[str], seeds: list[int], run_root: str, out_dir: str) -> Path | None:
+    from opolo_ros.plot import plot_curves
+
+    groups = {v: [p for s in seeds if (p := Path(run_root) / f"{env_id}_{v}_seed{s}" / "eval.csv").is_file()]
+              for v in variants}
+    groups = {v: files for v, files in groups.items() if files}
+    if not groups:
+        return None
+    return plot_curves(groups, Path(out_dir) / f"{env_id}.png", title=f"OPOLO on {env_id}",
+                       expert_return=expert_return(task_config(env_id)))
+
+
+def expert_return(config: str) -> float:
+    """Mean return of the demonstration episodes the runs imitate."""
+    cfg = load_run_config(config)
+    episodes = load_episodes(cfg.demos)[: cfg.num_demos]
+    return sum(ep.ret for ep in episodes) / len(episodes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", nargs="+", default=["Hopper-v5", "HalfCheetah-v5"])
+    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["opolo", "opolo-x"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--at", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--run-root", default="runs/bench_suite")
+    p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--plots", help="folder for one learning-curve PNG per task")
+    args = p.parse_args(argv)
+
+    results = {task: run_task(task, args.variants, args.seeds, args.at, args.run_root, args.set)
+               for task in args.tasks}
+    print("\nNormalised score (R - R_random) / (R_expert - R_random), deterministic evaluation\n")
+    print(table(results, args.at))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"set": args.set, "at": args.at, "results": results}, indent=1))
+    if args.plots:
+        for t in args.tasks:
+            png = plot(t, args.variants, args.seeds, args.run_root, args.plots)
+            if png:
+                print(f"plot: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
