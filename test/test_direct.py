@@ -6,6 +6,7 @@ import torch
 
 from opolo_ros.algo.config import load_run_config
 from opolo_ros.data.demos import Episode, save_npz
+from opolo_ros.export.onnx_policy import load_policy
 from opolo_ros.train.direct import DirectTrainer
 
 
@@ -74,6 +75,9 @@ def test_train_writes_run_folder(tmp_path, demos):
     rows = (run / "eval.csv").read_text().splitlines()
     assert len(rows) == 3  # header + evaluations at 60 and 120
     assert result.env_steps == 120 and np.isfinite(result.eval_mean)
+    evals = [tuple(map(float, r.split(",")[:2])) for r in rows[1:]]
+    best_step = max(evals, key=lambda e: e[1])[0]  # the first of equal bests
+    assert load_policy(run / "policy_best.onnx").metadata.training_step == best_step
 
 
 @pytest.mark.parametrize("name", ["gpu", "cuda:x"])

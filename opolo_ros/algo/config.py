@@ -127,6 +127,7 @@ class RunConfig:
     eval_episodes: int = 10
     checkpoint_every: int = 5_000
     export_every: int = 5_000
+    keep_best: bool = True  # also export policy_best.onnx at each evaluation that beats the best so far
     run_dir: str = "runs/default"
     torch_threads: int = 0  # 0: leave torch's default
     device: str = "cpu"  # torch device for the networks and updates: cpu, cuda, cuda:N, or auto

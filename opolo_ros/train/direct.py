@@ -111,6 +111,7 @@ class DirectTrainer:
         self.wall_offset = 0.0
         self._t0 = time.perf_counter()
         self._last_eval, self._last_eval_step = (math.nan, math.nan), -1
+        self.best_return = -math.inf
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -124,6 +125,7 @@ class DirectTrainer:
             "env": get_env_state(self.env), "obs": self.obs,
             "episode": (self.episode_return, self.episode_len, self.episodes_done),
             "random_return": self.random_return, "wall": self.wall_offset + self._elapsed(),
+            "best_return": self.best_return,
         })
 
     def restore(self, path: Path | None = None) -> None:
@@ -140,6 +142,7 @@ class DirectTrainer:
         self.episode_return, self.episode_len, self.episodes_done = state["episode"]
         self.random_return = state["random_return"]
         self.wall_offset = state["wall"]
+        self.best_return = state.get("best_return", -math.inf)
 
     # ------------------------------------------------------------------ loop
     def _elapsed(self) -> float:
@@ -235,6 +238,9 @@ class DirectTrainer:
                            "normalised": norm, "wall_s": self.wall_offset + self._elapsed()})
         if bar is not None:
             bar.write(f"step {self.step}: eval return {mean:.1f} +- {std:.1f} (normalised {norm:.3f})")
+        if self.cfg.keep_best and mean > self.best_return:  # RL curves dip: keep the best policy seen
+            self.best_return = mean
+            self.export(self.run_dir / "policy_best.onnx")
         self._last_eval, self._last_eval_step = (mean, std), self.step
         return mean, std
 
