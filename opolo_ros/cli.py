@@ -1,7 +1,7 @@
-"""`opolo-ros` command: train | train-expert | evaluate | export.
+"""`opolo-ros` command: train | train-expert | evaluate | export | record | launch.
 
-Every command gives a one-line error and exit status 2 on bad input (missing files, bad YAML,
-unknown keys), never a traceback.
+Every command gives a one-line error and exit status 2 on bad input (missing or corrupt files,
+bad YAML, unknown or wrong-typed keys, models of the wrong dimensions), never a traceback.
 """
 
 from __future__ import annotations
@@ -10,8 +10,13 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides
+from opolo_ros.errors import one_line
+
+if TYPE_CHECKING:
+    from opolo_ros.export.onnx_policy import OnnxPolicy
 
 
 def _config(args: argparse.Namespace, **forced: object) -> RunConfig:
@@ -24,10 +29,33 @@ def _config(args: argparse.Namespace, **forced: object) -> RunConfig:
     return load_run_config(args.config, overrides)
 
 
+def _check_demos(cfg: RunConfig) -> None:
+    """Read the demonstrations before the costly set-up (torch, environment): a bad bag fails fast."""
+    if cfg.algo == "opolo" and cfg.demos:
+        from opolo_ros.data.demos import load_episodes
+
+        load_episodes(cfg.demos)
+
+
+def _check_policy_fits(model: object, policy: OnnxPolicy, env_id: str, time_feature: bool) -> None:
+    """The policy's dimensions against the environment's, as a clear error before any rollout."""
+    from opolo_ros.sim.envs import make_env
+
+    env = make_env(env_id, time_feature=time_feature)
+    dims = (int(env.observation_space.shape[0]), int(env.action_space.shape[0]))
+    env.close()
+    meta = policy.metadata
+    if (meta.obs_dim, meta.act_dim) != dims:
+        raise ValueError(f"{model} takes obs_dim {meta.obs_dim} and gives act_dim {meta.act_dim}, but "
+                         f"{env_id} {'with' if time_feature else 'without'} time feature has obs_dim "
+                         f"{dims[0]} and act_dim {dims[1]}")
+
+
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
+    cfg = _config(args, algo=algo)
+    _check_demos(cfg)
     from opolo_ros.train.direct import train_direct
 
-    cfg = _config(args, algo=algo)
     result = train_direct(cfg, resume=not args.no_resume)
     print(f"\n{cfg.algo} on {cfg.env_id}: {result.env_steps} env steps")
     print(f"evaluation return: {result.eval_mean:.1f} +- {result.eval_std:.1f} "
@@ -47,6 +75,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     policy = load_policy(args.model)
     env_id = args.env_id or policy.metadata.env_id
     time_feature = bool(int(policy.metadata.extra.get("time_feature", 0)))
+    _check_policy_fits(args.model, policy, env_id, time_feature)
     returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature)
     print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
     if args.stamp:
@@ -75,7 +104,6 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     from opolo_ros.data.bags import write_demonstrations
     from opolo_ros.export.onnx_policy import load_policy
-    from opolo_ros.sim.envs import make_env
     from opolo_ros.sim.rollout import rollout_episodes
 
     if args.episodes < 1:
@@ -88,12 +116,7 @@ def cmd_record(args: argparse.Namespace) -> int:
         time_feature = flag in ("1", "true", "yes")
     else:
         time_feature = args.time_feature == "on"
-    env = make_env(env_id, time_feature=time_feature)
-    env_obs_dim = int(env.observation_space.shape[0])
-    env.close()
-    if env_obs_dim != policy.metadata.obs_dim:
-        raise ValueError(f"{model} takes obs_dim {policy.metadata.obs_dim}, but {env_id} "
-                         f"{'with' if time_feature else 'without'} time feature gives {env_obs_dim}")
+    _check_policy_fits(model, policy, env_id, time_feature)
     output = Path(args.output) if args.output else Path("models/demos") / env_id
     if output.exists():
         raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "
@@ -176,17 +199,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen command; bad input becomes a one-line error and status 2."""
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
     except (ValueError, FileNotFoundError, OSError) as exc:
-        print(f"opolo-ros {args.command}: error: {exc}", file=sys.stderr)
+        print(f"opolo-ros {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"opolo-ros {args.command}: interrupted (the last checkpoint is kept)", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    status = run(args)
+    if argv is None and args.command == "launch":
+        # The node graph is closed and its files flushed: skip the interpreter's finalisation
+        # (seconds with torch loaded) so that a stopped launch exits promptly.
+        from opolo_ros.nodes.common import exit_now
+
+        exit_now(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -2,17 +2,20 @@
 
 An episode is the state sequence obs[0..T] of one expert run (T + 1 rows, no actions). Bag files
 (rosbag2) are read by `data.bags`; this module is the in-memory form and a compact .npz form.
+torch is imported only by :class:`ExpertDataset`, so the demo player and recorder nodes start (and
+stop) without it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from opolo_ros.algo.batch import StatePairs
+if TYPE_CHECKING:
+    from opolo_ros.algo.batch import StatePairs
 
 
 @dataclass
@@ -51,6 +54,8 @@ class ExpertDataset:
     """All (s, s') pairs of the expert episodes, sampled uniformly with its own generator."""
 
     def __init__(self, episodes: list[Episode], obs_dim: int, seed: int = 0) -> None:
+        import torch
+
         if not episodes:
             raise ValueError("no expert episodes given")
         for k, ep in enumerate(episodes):
@@ -66,6 +71,10 @@ class ExpertDataset:
         return self.obs.shape[0]
 
     def sample(self, batch_size: int) -> StatePairs:
+        import torch
+
+        from opolo_ros.algo.batch import StatePairs
+
         idx = torch.randint(len(self), (batch_size,), generator=self.generator)
         return StatePairs(self.obs[idx], self.next_obs[idx])
 

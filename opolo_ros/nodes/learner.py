@@ -17,6 +17,26 @@ Subscribes ``/opolo/demonstrations`` and ``/opolo/replay``; callbacks only enque
 5. after ``total_steps`` transitions: final evaluation, checkpoint, export, learning-curve PNG;
    then the node is finished (``opolo-ros launch`` and ``ros2 launch`` end the run with it).
 
+Crashes and stops
+    Every replay batch is appended to ``<run_dir>/replay_journal.bin``
+    (:mod:`opolo_ros.data.journal`) before it is consumed, so before it is acknowledged (with
+    ``journal_fsync`` also forced to the disk first); each checkpoint truncates the journal. A
+    learner killed at any moment (``kill -9``) and started again restores the checkpoint (step
+    count, networks, optimisers, normalisers, replay buffer, random generators) and consumes the
+    journalled transitions again, with their updates: no acknowledged transition is lost and the
+    schedule continues where it was. A batch whose ``(source, seq)`` was consumed already (a
+    bridge re-sends unacknowledged batches when the learner comes back) is dropped as a duplicate.
+
+    A stop request (SIGINT/SIGTERM, :meth:`Learner.request_stop`) is honoured between two gradient
+    updates, also in the middle of a burst or of an evaluation: the worker checkpoints the exact
+    point (the remaining updates of the current step's plan, and whether its evaluation is still
+    due) and ends, so the node exits within a second or two and resumes exactly there.
+
+Bad input
+    A replay batch or demonstration that does not decode (wrong layout, dimensions of another task,
+    NaN or inf anywhere) is rejected, logged (throttled) and counted in ``rejected``; nothing of
+    it reaches the replay buffer or the expert data.
+
 Every run-config key (:class:`opolo_ros.algo.config.RunConfig`, nested keys dotted, e.g.
 ``schedule.batch_size``) is a parameter of this node, so the ``learner`` section of a parameter
 file is the same run config the direct loop (``opolo-ros train --config``) reads.
@@ -27,11 +47,13 @@ them to the policy's [-1, 1] units with the task's action bounds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +63,9 @@ import yaml
 from std_msgs.msg import Float32MultiArray, Int64MultiArray, UInt8MultiArray
 
 from opolo_ros.algo.config import RunConfig, to_dict, update_dataclass
+from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, ExpertDataset
+from opolo_ros.data.journal import JournalRecord, ReplayJournal
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import PolicyExportError, export_policy
 from opolo_ros.nodes.common import (
@@ -81,11 +105,26 @@ PARAMETERS: dict[str, tuple] = {
                            "for this long"),
     "resume": (True, "resume from <run_dir>/checkpoint.pt when it exists"),
     "progress_period_s": (1.0, "also re-publish the learner progress this often"),
+    "journal": (True, "append each replay batch to <run_dir>/replay_journal.bin before acknowledging "
+                      "it, and consume the journal again after a restart (no acknowledged transition "
+                      "is lost to a crash)"),
+    "journal_fsync": (False, "also fsync the journal before each acknowledgement: durable against a "
+                             "machine crash, not only a crash of the process (costs 6% of the steps/s "
+                             "with max_ahead 50, 20% with max_ahead 0 here; BENCHMARKS.md)"),
     "replay_topic": ("/opolo/replay", "replay transitions topic"),
     "demonstrations_topic": ("/opolo/demonstrations", "state-only expert episodes topic"),
     "policy_topic": ("/opolo/policy", "ONNX policy topic (bytes + version)"),
     "progress_topic": ("/opolo/learner_progress", "learner progress topic (flow control)"),
 }
+
+
+PolicyCall = Callable[[np.ndarray], np.ndarray]
+PLAN_KINDS = tuple(f.name for f in dataclasses.fields(Plan))  # in the order UpdateRunner runs them
+LOG_THROTTLE_S = 1.0
+
+
+class _Interrupted(Exception):
+    """A stop request arrived in the middle of a long operation (an evaluation)."""
 
 
 class Learner(FinishableNode):
@@ -114,6 +153,13 @@ class Learner(FinishableNode):
 
         self.step = 0  # transitions consumed (= n of schedule.plan(n))
         self.acks: dict[int, m.SourceAck] = {}
+        self.rejected = {"replay": 0, "demonstration": 0}  # messages that did not decode
+        self.duplicates = 0  # replay batches received again (re-sent by a bridge), dropped
+        self.journal: ReplayJournal | None = None
+        self._backlog: list[JournalRecord] = []  # journalled after the checkpoint: consumed first
+        self._pending: Plan | None = None  # updates of self.step's plan not run yet (a stop came)
+        self._periodic_due = False  # self.step's evaluation/checkpoint/export not done yet
+        self._metrics: dict[str, Any] = {}
         self.episode_stats: dict[int, tuple[float, int]] = {}
         self.expert_return = math.nan
         self.random_return = math.nan
@@ -161,17 +207,17 @@ class Learner(FinishableNode):
     def _on_demo(self, msg: Float32MultiArray) -> None:
         try:
             demo = m.msg_to_demonstration(msg)
-        except m.MessageError as err:
-            self.get_logger().error(f"rejected demonstration: {err}")
+            obs = add_time_feature(demo.obs, self.max_steps) if self.cfg.time_feature else demo.obs
+            if obs.shape[1] != self.obs_dim:
+                raise m.MessageError(f"demonstration {demo.episode}: obs_dim {demo.obs.shape[1]} "
+                                     f"does not match {self.cfg.env_id}")
+            episode = Episode(obs, demo.episode_return, {"episode": demo.episode})
+        except ValueError as err:  # MessageError, or an Episode that fails its own checks
+            self.rejected["demonstration"] += 1
+            self.get_logger().error(f"rejected demonstration ({self.rejected['demonstration']} so far): "
+                                    f"{err}", throttle_duration_sec=LOG_THROTTLE_S)
             return
-        obs = demo.obs
-        if self.cfg.time_feature:
-            obs = add_time_feature(obs, self.max_steps)
-        if obs.shape[1] != self.obs_dim:
-            self.get_logger().error(f"rejected demonstration {demo.episode}: obs_dim {demo.obs.shape[1]} "
-                                    f"does not match {self.cfg.env_id}")
-            return
-        self.demos[demo.episode] = Episode(obs, demo.episode_return, {"episode": demo.episode})
+        self.demos[demo.episode] = episode
         self._demo_last = time.monotonic()
 
     def _on_replay(self, msg: Float32MultiArray) -> None:
@@ -189,18 +235,29 @@ class Learner(FinishableNode):
             if not self._prepare():
                 return
             self._loop()
-            if self.step >= self.cfg.total_steps:
+            if self.step >= self.cfg.total_steps and not self._stop.is_set():
                 self._finish()
+        except _Interrupted:
+            pass  # checkpointed below
         except Exception as err:  # reported, and the node ends instead of hanging the graph
             self.error = err
             self.get_logger().error(f"learner failed: {err}\n{traceback.format_exc()}")
         finally:
-            if self.error is None and self._stop.is_set() and self.runner is not None \
-                    and self.step < self.cfg.total_steps:
+            self._stopped()
+
+    def _stopped(self) -> None:
+        """The worker's last act: a checkpoint if a stop request cut the run short, then close files."""
+        try:
+            if self.error is None and self._stop.is_set() and self.runner is not None and self.result is None:
                 self._save()
                 self.get_logger().info(f"stopped at {self.step} transitions; checkpoint written")
-            if self.logger is not None:
-                self.logger.close()
+        except Exception as err:
+            self.error = err
+            self.get_logger().error(f"could not write the checkpoint when stopping: {err}")
+        finally:
+            for resource in (self.journal, self.logger):
+                if resource is not None:
+                    resource.close()
             self.finished.set()
 
     def _prepare(self) -> bool:
@@ -222,6 +279,7 @@ class Learner(FinishableNode):
         if self.resume and self.checkpoint_path.is_file():
             self._restore()
             self.get_logger().info(f"resumed from {self.checkpoint_path} at {self.step} transitions")
+        self._backlog = self._open_journal()
         if math.isnan(self.random_return) and not is_mjcf(cfg.env_id):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
         self.logger = RunLogger(self.run_dir)
@@ -262,74 +320,151 @@ class Learner(FinishableNode):
         self._bar = bar
         self._last_log, self._last_log_t, self._last_ret = self.step, time.perf_counter(), math.nan
         try:
+            if self._finish_step():  # the rest of a step that a stop interrupted
+                self._consume_backlog()
             while self.step < cfg.total_steps and not self._stop.is_set():
                 try:
                     msg = self._replay_queue.get(timeout=0.1)
                 except queue.Empty:
                     continue
-                try:
-                    batch = m.msg_to_replay(msg, self.obs_dim, self.act_dim)
-                except m.MessageError as err:
-                    self.get_logger().error(f"rejected replay batch: {err}")
-                    continue
-                self._consume(batch)
+                batch = self.take(msg)
+                if batch is not None:
+                    if self.journal is not None:
+                        self.journal.append(JournalRecord(self.step, batch.source, batch.seq, batch.rows()))
+                    self._consume(batch)
         finally:
             if bar is not None:
                 bar.close()
 
-    def _consume(self, batch: m.ReplayBatch) -> None:
+    def take(self, msg: Float32MultiArray) -> m.ReplayBatch | None:
+        """A received replay message as a batch to consume; None (counted) when it is rejected or a
+        duplicate. Never raises for any message."""
+        try:
+            batch = m.msg_to_replay(msg, self.obs_dim, self.act_dim)
+        except m.MessageError as err:
+            self.rejected["replay"] += 1
+            self.get_logger().error(f"rejected replay batch ({self.rejected['replay']} so far): {err}",
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            return None
+        previous = self.acks.get(batch.source)
+        if previous is not None and 0 < batch.seq <= previous.seq:  # seq 0: a restarted bridge
+            self.duplicates += 1
+            self.get_logger().info(f"dropped replay batch {batch.seq} of source {batch.source}: "
+                                   f"consumed already ({self.duplicates} duplicates)",
+                                   throttle_duration_sec=LOG_THROTTLE_S)
+            return None
+        return batch
+
+    def _consume_backlog(self) -> None:
+        """Consume again what the journal holds beyond the checkpoint (after a crash or a stop)."""
+        first = self.step
+        for record in self._backlog:
+            if self.step >= self.cfg.total_steps or self._stop.is_set():
+                break
+            if record.end_step <= self.step:
+                continue
+            if record.first_step > self.step:
+                self.get_logger().warning(f"replay journal: transitions {self.step}..{record.first_step} "
+                                          "are missing")
+            batch = m.ReplayBatch.from_rows(record.rows, self.obs_dim, seq=record.seq, source=record.source)
+            self._consume(batch, start=max(self.step - record.first_step, 0))
+        self._backlog = []
+        if self.step > first:
+            self.get_logger().info(f"consumed transitions {first}..{self.step} again from the replay journal")
+
+    def _consume(self, batch: m.ReplayBatch, start: int = 0) -> None:
+        """Consume the batch from row `start` on, one transition at a time, then acknowledge."""
         cfg = self.cfg
         previous = self.acks.get(batch.source)
-        if previous is not None and batch.seq != previous.seq + 1:
+        if start == 0 and previous is not None and batch.seq != previous.seq + 1:
             self.get_logger().warning(f"replay source {batch.source}: batch {batch.seq} after "
                                       f"{previous.seq} (lost or reordered batches)")
+        done = previous.transitions if previous is not None else 0
         actions = self.scaler.to_unit(batch.action).astype(np.float32)
         taken = 0
-        for i in range(len(batch)):
+        for i in range(start, len(batch)):
             if self.step >= cfg.total_steps or self._stop.is_set():
                 break
             self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i],
                             batch.terminated[i], batch.truncated[i])
             self.step += 1
             taken += 1
-            metrics = self.runner.run(self.schedule.plan(self.step))
-            self._after_step(batch.source, float(batch.reward[i]),
-                             bool(batch.terminated[i] or batch.truncated[i]), metrics)
-        done = (previous.transitions if previous is not None else 0) + taken
-        self.acks[batch.source] = m.SourceAck(batch.seq, done)
+            self.acks[batch.source] = m.SourceAck(batch.seq, done + taken)
+            self._track_episode(batch.source, float(batch.reward[i]),
+                                bool(batch.terminated[i] or batch.truncated[i]))
+            self._pending, self._periodic_due = self.schedule.plan(self.step), True
+            if not self._finish_step():
+                break
         if self._bar is not None:
             self._bar.update(taken)
         self._publish_progress()
 
-    def _after_step(self, source: int, reward: float, episode_end: bool, metrics: dict) -> None:
-        cfg, n = self.cfg, self.step
+    def _finish_step(self) -> bool:
+        """Run what transition `self.step` still owes: the rest of its plan, then the periodic work.
+
+        False when a stop request interrupted it; what is left stays in ``_pending`` /
+        ``_periodic_due`` and goes into the checkpoint.
+        """
+        if self._pending is not None and not self._run_plan():
+            return False
+        return self._periodic() if self._periodic_due else True
+
+    def _run_plan(self) -> bool:
+        """Run ``_pending`` one update at a time (the same updates, in the same order, as
+        ``UpdateRunner.run(plan)``), so that a stop request is honoured between two updates."""
+        for kind in PLAN_KINDS:
+            while getattr(self._pending, kind):
+                if self._stop.is_set():
+                    return False
+                self._metrics.update(self.runner.run(Plan(**{kind: 1})))
+                self._pending = dataclasses.replace(self._pending, **{kind: getattr(self._pending, kind) - 1})
+        self._pending = None
+        return True
+
+    def _track_episode(self, source: int, reward: float, episode_end: bool) -> None:
         ret, length = self.episode_stats.get(source, (0.0, 0))
         ret, length = ret + reward, length + 1
         if episode_end:
             self._last_ret = ret
-            self.logger.scalars(n, {"train/episode_return": ret, "train/episode_length": float(length)})
+            self.logger.scalars(self.step, {"train/episode_return": ret,
+                                            "train/episode_length": float(length)})
             ret, length = 0.0, 0
         self.episode_stats[source] = (ret, length)
+
+    def _periodic(self) -> bool:
+        """Logging, evaluation, checkpoint and export due at ``self.step``; False when a stop request
+        interrupted the evaluation (it is then still due when the run resumes)."""
+        cfg, n = self.cfg, self.step
         if n - self._last_log >= 1000 or n == cfg.total_steps:
-            now = time.perf_counter()
-            sps = (n - self._last_log) / max(now - self._last_log_t, 1e-9)
-            self.logger.scalars(n, {**metrics, "perf/steps_per_sec": sps,
-                                    "perf/gradient_steps": float(self.learner.critic_steps)})
-            if self._bar is not None:
-                self._bar.set_postfix(ret=f"{self._last_ret:.0f}", sps=f"{sps:.0f}")
-            else:
-                self.get_logger().info(f"{n}/{cfg.total_steps} transitions, {sps:.0f} steps/s, "
-                                       f"training return {self._last_ret:.1f}")
-            self._last_log, self._last_log_t = n, now
+            self._log_rate()
         if cfg.eval_every and n % cfg.eval_every == 0:
-            self._evaluate()
+            try:
+                self._evaluate()
+            except _Interrupted:
+                return False
+        self._periodic_due = False
         if cfg.checkpoint_every and n % cfg.checkpoint_every == 0:
             self._save()
         if n % self.policy_every == 0:
             self._publish_policy()
+        return True
+
+    def _log_rate(self) -> None:
+        n, now = self.step, time.perf_counter()
+        sps = (n - self._last_log) / max(now - self._last_log_t, 1e-9)
+        self.logger.scalars(n, {**self._metrics, "perf/steps_per_sec": sps,
+                                "perf/gradient_steps": float(self.learner.critic_steps)})
+        if self._bar is not None:
+            self._bar.set_postfix(ret=f"{self._last_ret:.0f}", sps=f"{sps:.0f}")
+        else:
+            self.get_logger().info(f"{n}/{self.cfg.total_steps} transitions, {sps:.0f} steps/s, "
+                                   f"training return {self._last_ret:.1f}")
+        self._last_log, self._last_log_t = n, now
 
     # ------------------------------------------------------------------ outputs
     def _publish_progress(self) -> None:
+        if self.journal is not None:
+            self.journal.sync()  # acknowledge only what the journal holds on the disk
         msg = m.progress_to_msg(m.LearnerProgress(self.learner.critic_steps, self.step, dict(self.acks)))
         with self._progress_lock:
             self._progress_msg = msg
@@ -364,6 +499,19 @@ class Learner(FinishableNode):
     def checkpoint_path(self) -> Path:
         return self.run_dir / "checkpoint.pt"
 
+    @property
+    def journal_path(self) -> Path:
+        return self.run_dir / "replay_journal.bin"
+
+    def _open_journal(self) -> list[JournalRecord]:
+        """Open the replay journal; return its records beyond the restored checkpoint."""
+        if not self.params["journal"]:
+            self.journal_path.unlink(missing_ok=True)  # a stale one must never be replayed later
+            return []
+        self.journal = ReplayJournal(self.journal_path, m.replay_fields(self.obs_dim, self.act_dim),
+                                     fsync=self.params["journal_fsync"])
+        return self.journal.open(keep_from=self.step, discard=not self.resume)
+
     def _elapsed(self) -> float:
         return self._wall_offset + time.perf_counter() - self._t0
 
@@ -371,8 +519,9 @@ class Learner(FinishableNode):
         cfg = self.cfg
         if is_mjcf(cfg.env_id):
             return math.nan, math.nan
-        returns = evaluate(PolicyFn(self.learner.actor, self.scaler), cfg.env_id, cfg.eval_episodes,
-                           seed=10_000 + cfg.seed, time_feature=cfg.time_feature)
+        policy = self._interruptible(PolicyFn(self.learner.actor, self.scaler))
+        returns = evaluate(policy, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed,
+                           time_feature=cfg.time_feature)
         mean, std = float(returns.mean()), float(returns.std())
         norm = normalised_score(mean, self.random_return, self.expert_return)
         self.logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
@@ -386,13 +535,29 @@ class Learner(FinishableNode):
         self.last_eval = (self.step, mean, std)
         return mean, std
 
+    def _interruptible(self, policy: PolicyCall) -> PolicyCall:
+        """`policy` that raises :class:`_Interrupted` once a stop is requested (ends an evaluation)."""
+        stop = self._stop
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            if stop.is_set():
+                raise _Interrupted
+            return policy(obs)
+
+        return act
+
     def _save(self) -> None:
+        """Checkpoint, then truncate the replay journal to what the checkpoint does not hold."""
         save_checkpoint(self.checkpoint_path, {
             "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
             "torch_rng": torch.get_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
             "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
             "wall": self._elapsed(), "source": "learner node",
+            "pending": dataclasses.asdict(self._pending) if self._pending is not None else None,
+            "periodic_due": self._periodic_due,
         })
+        if self.journal is not None:
+            self.journal.truncate(self.step)
 
     def _restore(self) -> None:
         state = load_checkpoint(self.checkpoint_path)
@@ -409,6 +574,9 @@ class Learner(FinishableNode):
         self.episode_stats = dict(state.get("episode_stats", {}))
         self.random_return = state.get("random_return", math.nan)
         self._wall_offset = state.get("wall", 0.0)
+        pending = state.get("pending")
+        self._pending = Plan(**pending) if pending else None
+        self._periodic_due = bool(state.get("periodic_due", False))
 
     def _finish(self) -> None:
         cfg = self.cfg

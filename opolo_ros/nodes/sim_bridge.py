@@ -30,16 +30,24 @@ Lock-step (``mode: lockstep``, training)
     with flow control, once the learner has announced itself; a restarted bridge continues its
     counts from the learner's acknowledgement (so a resumed learner keeps its schedule).
 
+    With flow control the bridge keeps the replay batches the learner has not acknowledged yet.
+    When the learner's progress, which it re-publishes every second, falls silent for longer than
+    ``learner_timeout_s`` and then returns (a learner that crashed and was started again), those
+    batches are published again, same ``seq``: the ones the dead learner received but never
+    journalled are not lost, and the learner drops the ones it has (``seq`` already acknowledged).
+
 Real time (``mode: realtime``)
     A wall-clock timer steps the simulation at ``rate_hz`` (default: the task's control rate),
     applying the newest action received (zero-order hold, zeros before the first), as a robot
-    would. No flow control: a real robot cannot wait for a learner.
+    would. No flow control: a real robot cannot wait for a learner. ``time_scale`` > 1 runs the
+    timer that much faster than real time (60 s of simulated time in 6 s with 10), for tests.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -66,6 +74,8 @@ PARAMETERS: dict[str, tuple] = {
     "mode": ("lockstep", "lockstep: one action per observation (training); realtime: "
                          "wall-clock timer with zero-order hold of the newest action"),
     "rate_hz": (0.0, "realtime mode: steps per second; 0 = the task's control rate (1/dt)"),
+    "time_scale": (1.0, "realtime mode: run the step timer this many times faster than rate_hz "
+                        "(simulated seconds per wall-clock second, e.g. 10 for tests)"),
     "action_timeout_s": (0.5, "lockstep: re-publish the observation when no action came "
                               "within this time (observation/action are best effort)"),
     "flow_control": (True, "lockstep: wait on /opolo/learner_progress when ahead of the learner"),
@@ -87,6 +97,8 @@ PARAMETERS: dict[str, tuple] = {
     "episode_return_topic": ("episode_return", "environment return of each finished episode "
                                                "(std_msgs/Float64, monitoring only)"),
     "report_period_s": (30.0, "log the recent episode returns at most this often"),
+    "learner_timeout_s": (3.0, "flow control: learner progress silent this long = the learner is gone; "
+                               "unacknowledged replay batches are re-sent when it returns"),
 }
 
 
@@ -118,6 +130,9 @@ class SimBridge(FinishableNode):
         self.episode_len = 0
         self.republished = 0
         self.waits = 0  # times the bridge had to wait for the learner
+        self.resent = 0  # replay batches published again for a restarted learner
+        self._unacked: deque[tuple[int, Float32MultiArray]] = deque()  # (seq, msg), flow control only
+        self._last_progress = time.monotonic()
         self.started = False
         self._learner_seen = False
         self._pending: list[np.ndarray] = []
@@ -150,7 +165,7 @@ class SimBridge(FinishableNode):
         if self.mode == "lockstep":
             self._timer = self.create_timer(min(0.02, self.action_timeout / 4), self._tick)
         else:
-            rate = p["rate_hz"] or 1.0 / control_period(self.env)
+            rate = (p["rate_hz"] or 1.0 / control_period(self.env)) * p["time_scale"]
             self._timer = self.create_timer(1.0 / rate, self._realtime_step)
         self.get_logger().info(
             f"{p['env_id']} ({self.mode}, obs_dim {self.obs_dim}, act_dim {self.act_dim}, "
@@ -164,9 +179,13 @@ class SimBridge(FinishableNode):
         for name in ("max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps"):
             if p[name] < 0:
                 raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
-        if p["replay_batch"] < 1 or p["action_timeout_s"] <= 0 or p["rate_hz"] < 0:
-            raise ParameterError("parameters 'replay_batch' >= 1, 'action_timeout_s' > 0 and "
-                                 "'rate_hz' >= 0 are required")
+        if p["replay_batch"] < 1 or p["action_timeout_s"] <= 0 or p["rate_hz"] < 0 \
+                or p["learner_timeout_s"] <= 0:
+            raise ParameterError("parameters 'replay_batch' >= 1, 'action_timeout_s' > 0, "
+                                 "'learner_timeout_s' > 0 and 'rate_hz' >= 0 are required")
+        if p["time_scale"] <= 0:
+            raise ParameterError(f"parameter 'time_scale' must be > 0, got {p['time_scale']}")
+        self.learner_timeout = p["learner_timeout_s"]
         self.flow_control = p["mode"] == "lockstep" and p["flow_control"] and p["publish_replay"]
         self.sync_policy = p["sync_policy"] and p["policy_every"] > 0
         self.max_ahead = p["max_ahead"]
@@ -206,6 +225,8 @@ class SimBridge(FinishableNode):
         ack = progress.acks.get(self.source)
         self.learner_transitions = progress.transitions
         self.learner_gradient_steps = progress.gradient_steps
+        now = time.monotonic()
+        silent, self._last_progress = now - self._last_progress, now
         if not self._learner_seen:
             self._learner_seen = True
             if ack is not None and not self.started:  # a resumed learner: continue its counts
@@ -213,6 +234,10 @@ class SimBridge(FinishableNode):
                 self.seq = ack.seq + 1
         if ack is not None:
             self.acked = max(self.acked, ack.transitions)
+            while self._unacked and self._unacked[0][0] <= ack.seq:
+                self._unacked.popleft()
+        if silent > self.learner_timeout and self._unacked:
+            self._resend(silent)
         if self.started and not self._waiting_action:
             self._advance()
 
@@ -316,8 +341,18 @@ class SimBridge(FinishableNode):
         o, a = self.obs_dim, self.act_dim
         msg = m.replay_to_msg(rows[:, :o], rows[:, o:o + a], rows[:, o + a:2 * o + a], rows[:, -3],
                               rows[:, -2], rows[:, -1], seq=self.seq, source=self.source)
+        if self.flow_control:
+            self._unacked.append((self.seq, msg))
         self.seq += 1
         self.replay_pub.publish(msg)
+
+    def _resend(self, silent: float) -> None:
+        """Publish the unacknowledged batches again, oldest first, for a learner that came back."""
+        self.get_logger().warning(f"learner progress was silent for {silent:.1f} s: re-sending "
+                                  f"{len(self._unacked)} unacknowledged replay batches")
+        for _, msg in self._unacked:
+            self.replay_pub.publish(msg)
+        self.resent += len(self._unacked)
 
     def _publish_joint_states(self) -> None:
         data = self.env.unwrapped.data

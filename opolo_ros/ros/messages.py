@@ -280,6 +280,23 @@ class ReplayBatch:
     def __len__(self) -> int:
         return self.obs.shape[0]
 
+    def rows(self) -> np.ndarray:
+        """The batch as float32 rows ``[obs | action | next_obs | reward | terminated | truncated]``."""
+        return np.concatenate([self.obs, self.action, self.next_obs, self.reward[:, None],
+                               self.terminated[:, None], self.truncated[:, None]], axis=1,
+                              dtype=np.float32)
+
+    @classmethod
+    def from_rows(cls, rows: np.ndarray, obs_dim: int, *, seq: int, source: int) -> ReplayBatch:
+        """The inverse of :meth:`rows` (rows already validated, e.g. by :func:`msg_to_replay`)."""
+        rows = np.asarray(rows, dtype=np.float32)
+        o, a = obs_dim, (rows.shape[-1] if rows.ndim else 0) - 2 * obs_dim - 3
+        if rows.ndim != 2 or o < 1 or a < 1:
+            raise ValueError(f"replay rows of shape {rows.shape} do not fit obs_dim {obs_dim}")
+        return cls(obs=rows[:, :o].copy(), action=rows[:, o:o + a].copy(),
+                   next_obs=rows[:, o + a:2 * o + a].copy(), reward=rows[:, -3].copy(),
+                   terminated=rows[:, -2] == 1.0, truncated=rows[:, -1] == 1.0, seq=seq, source=source)
+
 
 def replay_to_msg(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, reward: np.ndarray,
                   terminated: np.ndarray, truncated: np.ndarray, *, seq: int,
@@ -347,11 +364,7 @@ def msg_to_replay(msg: Float32MultiArray, obs_dim: int | None = None,
     flags = rows[:, -2:]
     if not ((flags == 0.0) | (flags == 1.0)).all():
         raise MessageError(f"{what}: terminated/truncated must be 0.0 or 1.0")
-    return ReplayBatch(
-        obs=rows[:, :o].copy(), action=rows[:, o:o + a].copy(),
-        next_obs=rows[:, o + a:2 * o + a].copy(), reward=rows[:, -3].copy(),
-        terminated=rows[:, -2] == 1.0, truncated=rows[:, -1] == 1.0,
-        seq=dims[4][1], source=dims[5][1])
+    return ReplayBatch.from_rows(rows, o, seq=dims[4][1], source=dims[5][1])
 
 
 # --------------------------------------------------------------------------------- demonstration

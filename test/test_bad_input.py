@@ -1,0 +1,207 @@
+"""Bad input: a one-line error and a non-zero exit (commands), a logged and counted rejection (nodes).
+
+The commands run as real subprocesses of the installed entry points (``opolo-ros``, and the node
+executables as ``python -m opolo_ros.nodes.<node>``), all started together to keep the test short.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from test_bags import F32, SEC, TS, _stream, _write_stream
+
+from opolo_ros.data.bags import write_demonstrations
+from opolo_ros.data.demos import Episode
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = "InvertedPendulum-v5"
+OPOLO_ROS = str(Path(sys.executable).parent / "opolo-ros")
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: tuple[str, ...]  # {name} placeholders are files made by `bad_files`
+    expect: str  # in the error line
+    node: bool = False  # a node executable, not the opolo-ros command
+
+
+TRAIN = ("train", "--total-steps", "10", "--run-dir", "{tmp}/run", "--demos")
+CASES = {
+    "bag truncated": Case((*TRAIN, "{truncated}"), "corrupt or truncated"),
+    "bag corrupt metadata": Case((*TRAIN, "{corrupt_metadata}"), "not a readable rosbag2 bag"),
+    "bag without the topic": Case((*TRAIN, "{no_topic}"), "no demonstration or observation topic"),
+    "bag wrong message type": Case((*TRAIN, "{wrong_type}"), "has type std_msgs/msg/String"),
+    "bag with NaN": Case((*TRAIN, "{nan_bag}"), "NaN or inf"),
+    "onnx corrupt": Case(("evaluate", "{corrupt_onnx}"), "not a valid ONNX model"),
+    "onnx wrong dimensions": Case(("evaluate", "{wrong_dims_onnx}", "--env-id", ENV), "takes obs_dim 5"),
+    "config malformed": Case(("train", "--config", "{malformed_yaml}"), "is not valid YAML"),
+    "config wrong type": Case(("train", "--config", "{wrong_type_yaml}"), "'seed': expected an integer"),
+    "launch params malformed": Case(("launch", "sim_train", "params_file:={malformed_params}"),
+                                    "is not valid YAML"),
+    "launch demos with NaN": Case(("launch", "sim_train", "demos:={nan_bag}", "run_dir:={tmp}/launch"),
+                                  "NaN or inf"),
+    "launch deploy corrupt onnx": Case(("launch", "deploy", "model:={corrupt_onnx}"),
+                                       "not a valid ONNX model"),
+    "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),
+                                       "is not valid YAML", node=True),
+    "node parameter wrong type": Case(("sim_bridge", "--ros-args", "--params-file", "{wrong_type_params}"),
+                                      "parameter 'mode': expected str, got 3", node=True),
+    "node demos with NaN": Case(("demo_player", "--ros-args", "-p", "demos:={nan_bag}"), "NaN or inf",
+                                node=True),
+}
+
+
+def bad_files(tmp: Path) -> dict[str, str]:
+    """Every broken input of CASES, by placeholder name."""
+    rng = np.random.default_rng(0)
+    good = write_demonstrations(tmp / "good", [Episode(rng.normal(size=(60, 4)), 1.0) for _ in range(2)])
+    files = {"tmp": tmp}
+    for name in ("truncated", "corrupt_metadata"):
+        files[name] = Path(shutil.copytree(good, tmp / name))
+    storage = next(files["truncated"].glob("*.mcap"))
+    storage.write_bytes(storage.read_bytes()[: storage.stat().st_size // 2])
+    (files["corrupt_metadata"] / "metadata.yaml").write_text("rosbag2_bagfile_information: {[\n")
+    text = [(SEC, TS.types["std_msgs/msg/String"](data="hello"))]
+    files["no_topic"] = _write_stream(tmp / "no_topic", {"/chatter": ("std_msgs/msg/String", text)})
+    files["wrong_type"] = _write_stream(tmp / "wrong_type",
+                                        {"/opolo/demonstrations": ("std_msgs/msg/String", text)})
+    obs = rng.normal(size=(10, 4)).astype(np.float32)
+    obs[5, 2] = np.nan
+    files["nan_bag"] = _write_stream(tmp / "nan_bag", {"/obs": (F32, _stream(obs))})
+    files["corrupt_onnx"] = tmp / "corrupt.onnx"
+    files["corrupt_onnx"].write_bytes(b"\x08\x07" + rng.bytes(500))
+    files["wrong_dims_onnx"] = wrong_dims_policy(tmp / "wrong_dims.onnx")
+    texts = {"malformed_yaml": "seed: [1,\n", "wrong_type_yaml": "seed: abc\n",
+             "malformed_params": "learner:\n  ros__parameters: {seed: [1,\n",
+             "wrong_type_params": yaml.safe_dump({"/**": {"ros__parameters": {"mode": 3}}})}
+    for name, text in texts.items():
+        files[name] = tmp / f"{name}.yaml"
+        files[name].write_text(text)
+    return {name: str(path) for name, path in files.items()}
+
+
+def wrong_dims_policy(path: Path) -> Path:
+    """A valid policy for obs_dim 5, labelled as an InvertedPendulum (obs_dim 4) policy."""
+    torch = pytest.importorskip("torch")
+    from opolo_ros.export.onnx_policy import export_policy
+
+    class Zero(torch.nn.Module):
+        obs_dim, act_dim = 5, 1
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1, 5))
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(obs @ self.w.T)
+
+    return export_policy(Zero(), path, action_low=-3.0, action_high=3.0, metadata={"env_id": ENV})
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, Outcome]:
+    """Run every case at once (subprocesses), each on its own isolated ROS domain."""
+    pytest.importorskip("rclpy")
+    from opolo_ros.ros import runtime
+
+    tmp = tmp_path_factory.mktemp("bad_input")
+    files = bad_files(tmp)
+    env = dict(os.environ)
+    runtime.apply_local_dds_env(env, overwrite=True)
+    env[runtime.DOMAIN_ID_ENV] = str(runtime.isolated_domain_id())
+    procs = {}
+    try:
+        for name, case in CASES.items():
+            argv = [arg.format(**files) for arg in case.argv]
+            command = [sys.executable, "-m", f"opolo_ros.nodes.{argv[0]}", *argv[1:]] if case.node \
+                else [OPOLO_ROS, *argv]
+            procs[name] = (time.monotonic(), subprocess.Popen(command, cwd=tmp, env=env, text=True,
+                                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        out = {}
+        for name, (start, proc) in procs.items():
+            stdout, stderr = proc.communicate(timeout=120.0)
+            out[name] = Outcome(proc.returncode, stdout, stderr, time.monotonic() - start)
+        return out
+    finally:
+        for _, proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10.0)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_input_gives_one_line_error_and_nonzero_exit(outcomes, name):
+    result, case = outcomes[name], CASES[name]
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr + result.stdout
+    # Only the error; `opolo-ros launch` announces the graph first, nodes log what they start.
+    lines = [line for line in result.stderr.strip().splitlines()
+             if not re.match(r"opolo-ros launch: \S+\.launch\.py with |\[INFO\]", line)]
+    assert len(lines) == 1 and ": error: " in lines[0] and case.expect in lines[0], result.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------ nodes, over DDS
+
+@pytest.mark.ros
+def test_learner_rejects_non_finite_data_over_the_topics(tmp_path, ros_domain_id, ros_node, capfd):
+    """NaN/inf in demonstrations and replay batches arriving over DDS: logged, counted, never trained
+    on; the run goes on with the good data."""
+    import math
+
+    from std_msgs.msg import Float32MultiArray
+    from test_fault_tolerance import replay_batches, resume_learner_spec
+
+    from opolo_ros.launch_runner import GraphRunner
+    from opolo_ros.ros import messages as m
+    from opolo_ros.ros.qos import qos_for
+    from opolo_ros.ros.runtime import spin_until
+
+    rng = np.random.default_rng(1)
+    bad_demos = [m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k) for k in range(10, 13)]
+    bad_demos[0].data[7] = math.nan
+    bad_demos[1].data[0] = math.inf  # the episode return
+    bad_demos[2] = m.demonstration_to_msg(rng.normal(size=(30, 5)), 1.0, 12)  # another task's obs_dim
+    good = replay_batches()
+    z = np.zeros
+    bad_replay = [m.replay_to_msg(z((5, 4)), z((5, 1)), z((5, 4)), z(5), z(5), z(5), seq=k, source=9)
+                  for k in range(2)]
+    bad_replay[0].data[2] = math.nan
+    bad_replay[1].data[11] = -math.inf
+    with GraphRunner([resume_learner_spec(tmp_path / "run")], ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        node, executor = ros_node("bad_publisher")
+        demo_pub = node.create_publisher(Float32MultiArray, "/opolo/demonstrations",
+                                         qos_for("demonstrations"))
+        replay_pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+        both = [executor, graph.executor]
+        assert spin_until(both, lambda: replay_pub.get_subscription_count() > 0, 20.0)
+        for msg in bad_demos + [m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k) for k in range(4)]:
+            demo_pub.publish(msg)
+        for msg in bad_replay + good:
+            replay_pub.publish(msg)
+        assert spin_until(both, lambda: learner.step == 120, 90.0), (learner.step, learner.rejected)
+        assert learner.error is None
+        assert learner.rejected == {"replay": 2, "demonstration": 3}
+        assert sorted(learner.demos) == [0, 1, 2, 3]
+        assert learner.step == 120 and np.isfinite(learner.replay.obs.numpy()).all()
+    err = capfd.readouterr().err
+    assert "rejected replay batch (1 so far): replay batch: non-finite value" in err
+    assert "rejected demonstration (1 so far)" in err

@@ -1,0 +1,100 @@
+"""The replay journal (no ROS): records survive reopening, a torn tail is dropped, truncation keeps
+exactly what a checkpoint does not hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opolo_ros.data.journal import HEADER, JournalRecord, ReplayJournal
+
+FIELDS = 12
+
+
+def record(first: int, n: int, seq: int) -> JournalRecord:
+    rows = np.arange(first * FIELDS, (first + n) * FIELDS, dtype=np.float32).reshape(n, FIELDS)
+    return JournalRecord(first, source=7, seq=seq, rows=rows)
+
+
+def written(path: Path, fsync: bool = False) -> list[JournalRecord]:
+    """Records of 3, 2 and 4 transitions (steps 0..9), appended and closed."""
+    journal = ReplayJournal(path, FIELDS, fsync=fsync)
+    assert journal.open() == []
+    records = [record(0, 3, 0), record(3, 2, 1), record(5, 4, 2)]
+    for rec in records:
+        journal.append(rec)
+    journal.close()
+    return records
+
+
+def same(a: list[JournalRecord], b: list[JournalRecord]) -> bool:
+    return [(r.first_step, r.source, r.seq) for r in a] == [(r.first_step, r.source, r.seq) for r in b] \
+        and all(np.array_equal(x.rows, y.rows) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_records_survive_reopening(tmp_path, fsync):
+    records = written(tmp_path / "j.bin", fsync)
+    journal = ReplayJournal(tmp_path / "j.bin", FIELDS, fsync=fsync)
+    assert same(journal.open(), records)
+    assert same(journal.open(keep_from=4), records[1:])  # the record of steps 3, 4 holds step 4
+    assert same(ReplayJournal(tmp_path / "j.bin", FIELDS).open(), records[1:])  # rewritten to those
+    journal.close()
+
+
+def test_torn_or_corrupt_tail_is_dropped(tmp_path):
+    path = tmp_path / "j.bin"
+    records = written(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-5])  # a crash in the middle of the last append
+    assert same(ReplayJournal(path, FIELDS).open(), records[:2])
+    corrupt = bytearray(data)
+    corrupt[HEADER.size + 4] ^= 0xFF  # a flipped bit in the first record's rows: its crc fails
+    path.write_bytes(bytes(corrupt))
+    assert ReplayJournal(path, FIELDS).open() == []
+    path.write_bytes(data + b"\x00" * 3)
+    journal = ReplayJournal(path, FIELDS)
+    assert same(journal.open(), records)
+    journal.append(record(9, 1, 3))  # appends after the dropped garbage, readable again
+    journal.close()
+    assert same(ReplayJournal(path, FIELDS).open(), [*records, record(9, 1, 3)])
+
+
+def test_truncate_keeps_what_the_checkpoint_lacks(tmp_path):
+    path = tmp_path / "j.bin"
+    records = written(path)
+    journal = ReplayJournal(path, FIELDS)
+    journal.open()
+    size = journal.size
+    journal.truncate(4)  # a checkpoint at step 4: the record of steps 3, 4 has step 4 still
+    assert journal.size < size
+    journal.truncate(4)
+    journal.append(record(9, 2, 3))
+    journal.truncate(11)
+    assert journal.size == 0
+    journal.close()
+    assert ReplayJournal(path, FIELDS).open() == []
+    journal = ReplayJournal(path, FIELDS)
+    journal.open()
+    for rec in records:
+        journal.append(rec)
+    journal.truncate(5)
+    journal.close()
+    assert same(ReplayJournal(path, FIELDS).open(), records[2:])
+
+
+def test_refuses_other_tasks_and_closed_journals(tmp_path):
+    path = tmp_path / "j.bin"
+    written(path)
+    with pytest.raises(ValueError, match="transitions of 12 fields, this run has 13"):
+        ReplayJournal(path, FIELDS + 1).open()
+    assert ReplayJournal(path, FIELDS + 1).open(discard=True) == []  # a run that starts over
+    journal = ReplayJournal(path, FIELDS)
+    with pytest.raises(RuntimeError, match="not open"):
+        journal.append(record(0, 1, 0))
+    journal.open()
+    with pytest.raises(ValueError, match="fields"):
+        journal.append(JournalRecord(0, 1, 0, np.zeros((1, FIELDS + 1), np.float32)))
+    journal.close()
