@@ -68,7 +68,7 @@ def journal(args: argparse.Namespace) -> dict:
 
 def throughput(args: argparse.Namespace) -> dict:
     import torch
-    from graph_vs_direct import DEFAULT_CONFIG, GraphSystem, graph_specs, write_params
+    from graph_vs_direct import DEFAULT_CONFIG, GraphSystem, graph_specs, time_rounds, write_params
 
     from opolo_ros.algo.config import load_run_config
 
@@ -88,22 +88,15 @@ def throughput(args: argparse.Namespace) -> dict:
         for mode, extra in JOURNAL_MODES.items():
             name = f"max_ahead {ahead or 50}, {mode}"
             systems[name] = (ahead, extra, domain + len(systems))
-    built: dict[str, GraphSystem] = {}
-    try:
-        for name, (ahead, extra, dom) in systems.items():
-            specs = graph_specs(params, demos, 0, work / name.replace(" ", "_").replace(",", ""), ahead)
-            next(s for s in specs if s.name == "learner").parameters.update(extra)
-            built[name] = GraphSystem(specs, dom)
-            built[name].run(warm)
-        rates: dict[str, list[float]] = {name: [] for name in built}
-        names = list(built)
-        for r in range(args.rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                rates[name].append(built[name].run(args.steps))
-                print(f"round {r + 1}: {name}: {rates[name][-1]:.1f} steps/s", flush=True)
-    finally:
-        for system in built.values():
-            system.close()
+
+    def graph_system(name: str, ahead: str, extra: dict, domain_id: int) -> GraphSystem:
+        specs = graph_specs(params, demos, 0, work / name.replace(" ", "_").replace(",", ""), ahead)
+        next(s for s in specs if s.name == "learner").parameters.update(extra)
+        return GraphSystem(specs, domain_id)
+
+    makers = {name: (lambda n=name, a=ahead, e=extra, d=dom: graph_system(n, a, e, d))
+              for name, (ahead, extra, dom) in systems.items()}
+    rates = time_rounds(makers, warm, args.steps, args.rounds)
     median = {name: statistics.median(v) for name, v in rates.items()}
     return {"steps_per_round": args.steps, "rounds": args.rounds, "steps_per_sec": rates,
             "median_steps_per_sec": median,

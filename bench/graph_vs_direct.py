@@ -37,6 +37,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -105,6 +106,27 @@ class GraphSystem:
         self.graph.close()
 
 
+def time_rounds(makers: dict[str, Callable[[], DirectSystem | GraphSystem]], warm: int, steps: int,
+                rounds: int) -> dict[str, list[float]]:
+    """Build every system and run it past `warm` steps (not timed), then time `steps` env steps per
+    system per round, the systems taking turns in a rotating order; steps/s per system and round."""
+    built: dict[str, DirectSystem | GraphSystem] = {}
+    try:
+        for name, make in makers.items():
+            built[name] = make()
+            built[name].run(warm)  # warm-up, P_I pre-training, first updates: not timed
+        rates: dict[str, list[float]] = {name: [] for name in built}
+        names = list(built)
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                rates[name].append(built[name].run(steps))
+                print(f"round {r + 1}: {name} {rates[name][-1]:.1f} steps/s", flush=True)
+    finally:
+        for system in built.values():
+            system.close()
+    return rates
+
+
 def throughput(args: argparse.Namespace) -> dict:
     import torch
 
@@ -124,21 +146,7 @@ def throughput(args: argparse.Namespace) -> dict:
     for k, (name, ahead) in enumerate((("graph", ""), ("graph_strict", "0"))):
         systems[name] = (lambda a=ahead, n=name, d=domain + k:
                          GraphSystem(graph_specs(params, demos, args.seed, work / n, a), d))
-    built = {}
-    try:
-        for name, make in systems.items():
-            built[name] = make()
-            built[name].run(warm)  # warm-up, P_I pre-training, first updates: not timed
-        rates: dict[str, list[float]] = {name: [] for name in built}
-        names = list(built)
-        for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for name in order:
-                rates[name].append(built[name].run(args.steps))
-                print(f"round {r + 1}: {name} {rates[name][-1]:.1f} steps/s", flush=True)
-    finally:
-        for system in built.values():
-            system.close()
+    rates = time_rounds(systems, warm, args.steps, args.rounds)
     median = {name: statistics.median(v) for name, v in rates.items()}
     result = {
         "config": str(args.config), "seed": args.seed, "steps_per_round": args.steps, "rounds": args.rounds,
