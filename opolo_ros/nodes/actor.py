@@ -14,18 +14,41 @@ Modes
     action again and draws nothing, so a lost message never changes the run.
     ``deploy``: deterministic pi(s), clamped to ``action_low``/``action_high`` (default: the
     model's bounds) and to ``max_action_rate``; with ``rate_hz`` > 0 the command goes out on a
-    fixed-rate timer from the newest observation (none when it is older than
-    ``observation_timeout_s``), else once per observation.
+    fixed-rate timer from the newest observation, else once per observation.
+
+Deploy safety
+    - An observation that is not finite or has the wrong length (Float32MultiArray, or a
+      JointState missing a joint of the spec) is dropped before the model sees it, counted in
+      ``rejected_observations`` (also published on ``rejected_topic``, std_msgs/Int64) and logged,
+      throttled to one line per 5 s.
+    - Watchdog: when no valid observation came for ``observation_timeout_s``, the actor publishes
+      ``safe_command`` (zeros by default) at ``rate_hz`` (or ``watchdog_rate_hz`` when commands go
+      out per observation), logs it once, and goes back to policy commands with the next valid
+      observation. The safe command is not rate limited (stopping is never delayed); the rate
+      limit ramps from it when the policy takes over again. Also before the first observation.
+    - A non-finite policy output is replaced by the safe command (counted in
+      ``nonfinite_actions``).
+
+Real-time path (deploy)
+    Decode with ``numpy.frombuffer`` (one buffer copy), infer through onnxruntime I/O binding into
+    preallocated buffers (:class:`~opolo_ros.export.onnx_policy.BoundPolicy`), clamp and rate
+    limit in place into the command message, which is allocated once and refilled; best effort,
+    keep last 1 on the observation (``observation_qos``); the EventsExecutor (``executor``);
+    ``gc.freeze()`` after start-up (``gc_freeze``); optional CPU pinning (``cpu_affinity``) and
+    real-time scheduling (``sched_priority``).
+    The figures behind each choice are in BENCHMARKS.md ("Actor latency").
 
 Policies
     From ``model`` (a file; with ``watch_model`` a changed file is reloaded) and/or from
     ``/opolo/policy`` (ONNX bytes + version, transient local, so a late actor gets the newest).
     A new model is loaded and warmed up in a loader thread, off the control path, then swapped in
-    one assignment; a model whose dimensions do not match (``obs_dim``/``act_dim`` when set, else
-    the current model's) is refused with an error and the old one kept. The newest loaded version
-    is announced on ``policy_version`` (std_msgs/Int64, transient local) for lock-step bridges
-    that synchronise. Until the first model is loaded the actor publishes nothing (a lock-step
-    bridge re-requests).
+    one assignment. Building an onnxruntime session holds the GIL for about a millisecond, so the
+    loader starts each such step right after a control step (the longest gap before the next
+    observation) rather than at a random moment. A model whose dimensions do not match
+    (``obs_dim``/``act_dim`` when set, else the current model's) is refused with an error and the
+    old one kept. The newest loaded version is announced on ``policy_version`` (std_msgs/Int64,
+    transient local) for lock-step bridges that synchronise. Until the first model is loaded the
+    actor publishes nothing (a lock-step bridge re-requests).
 
     With ``swap_delay: n >= 0`` (train mode, lock-step) a loaded policy of version V (the
     learner's transitions consumed at export) is staged and serves the observations from step
@@ -35,13 +58,18 @@ Policies
     has version V > 0 (a resumed learner) the count starts at V, where the bridge continues.
 """
 
+
 from __future__ import annotations
 
+import gc
+import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
@@ -49,16 +77,24 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8MultiArray
 
-from opolo_ros.export.onnx_policy import OnnxPolicy, PolicyLoadError, load_policy
-from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
+from opolo_ros.export.onnx_policy import BoundPolicy, OnnxPolicy, PolicyLoadError, load_policy
+from opolo_ros.nodes.common import EXECUTORS, FinishableNode, ParameterError, declare, run_node
+from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
 from opolo_ros.sim.actions import ActionScaler
 
 POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+COUNTER_QOS = POLICY_VERSION_QOS  # a late `ros2 topic echo` sees the current count
+RELIABLE_DEFAULT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # rclpy's default
 MODES = ("train", "deploy")
+QOS_CHOICES = ("best_effort", "reliable")
+SPIN_MODES = ("block", "poll")
 SEED_OFFSET = 3  # the direct loop's action generator is default_rng(seed + 3)
+LOG_THROTTLE_S = 5.0
+SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
+SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
 
 
 @dataclass(frozen=True)
@@ -66,18 +102,31 @@ class LoadedPolicy:
     """A ready-to-run model with its action bounds: swapped in as one object."""
 
     policy: OnnxPolicy
+    runner: BoundPolicy  # preallocated single-observation inference
     scaler: ActionScaler  # the model's action bounds
     version: int
     origin: str
+    bounds: tuple[np.ndarray, np.ndarray] | None = None  # deploy clamp (float64), set on install
 
     @classmethod
     def load(cls, source: bytes | str, version: int | None, obs_dim: int | None,
-             act_dim: int | None) -> LoadedPolicy:
+             act_dim: int | None, safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
+        """Load, check and warm up a model; `safe_point()` is called before each GIL-heavy step."""
+        safe_point()
         policy = load_policy(source, expected_obs_dim=obs_dim, expected_act_dim=act_dim)
+        safe_point()
         policy.warmup()
         meta = policy.metadata
-        return cls(policy, ActionScaler(meta.action_low, meta.action_high),
+        return cls(policy, policy.bind(), ActionScaler(meta.action_low, meta.action_high),
                    meta.version if version is None else version, policy.origin)
+
+    def run(self, obs: np.ndarray) -> np.ndarray:
+        """pi(obs) in environment units (float32 view, overwritten by the next call)."""
+        return self.runner(obs)
+
+    @property
+    def act_dim(self) -> int:
+        return self.policy.metadata.act_dim
 
     @property
     def low(self) -> np.ndarray:
@@ -88,9 +137,30 @@ class LoadedPolicy:
         return self.scaler.high
 
 
+class CommandBuffer:
+    """The deploy command message, allocated once and refilled in place for every command.
+
+    ``publish`` serialises synchronously, so the same message can be refilled for the next
+    command; ``values`` is a float64 view of its data. With `echo`, the layout carries the
+    observation's sequence tag (see :mod:`opolo_ros.ros.latency`).
+    """
+
+    def __init__(self, act_dim: int, echo: bool) -> None:
+        self.msg = m.action_to_msg(np.zeros(act_dim))
+        self.values = np.frombuffer(self.msg.data, dtype=np.float64)
+        self.previous = np.zeros(act_dim)  # the last command, for the rate limit
+        self.previous_time: float | None = None
+        self.echo = latency.SequenceEcho(self.msg) if echo else None
+
+    def remember(self, now: float) -> None:
+        """Keep the command just written as the rate limit's reference."""
+        self.previous[:] = self.values
+        self.previous_time = now
+
+
 PARAMETERS: dict[str, tuple] = {
     "mode": ("train", "train: warm-up random actions then Gaussian exploration noise; "
-                      "deploy: deterministic, clamped, rate limited"),
+                      "deploy: deterministic, clamped, rate limited, watchdog"),
     "model": ("", "ONNX policy file to start with; empty = wait for one on policy_topic"),
     "watch_model": (False, "reload `model` when the file changes"),
     "subscribe_policy": (True, "hot-swap policies published on policy_topic"),
@@ -108,17 +178,62 @@ PARAMETERS: dict[str, tuple] = {
     "observation_topic": ("observation", "observation topic (Float32MultiArray, or JointState "
                                          "when `joints` is set)"),
     "action_topic": ("action", "command topic (std_msgs/Float64MultiArray, environment units)"),
+    "observation_qos": ("best_effort", "observation subscription: best_effort (keep last 1, the "
+                                       "contract; JointState: the sensor-data preset) or reliable "
+                                       "(keep last 10, rclpy's default)"),
     "command_qos": ("best_effort", "best_effort (the contract's action QoS) or reliable "
                                    "(what ros2_control's forward_command_controller requires)"),
     "joints": ([""], "JointState input: joint names in the policy's order; [''] = array input"),
     "joint_fields": (["position", "velocity"], "JointState fields concatenated per joint list"),
     "rate_hz": (0.0, "publish at this fixed rate from the newest observation; 0 = per observation"),
-    "observation_timeout_s": (0.5, "with rate_hz: no command from an observation older than this"),
+    "observation_timeout_s": (0.5, "observations older than this are stale: no policy command; "
+                                   "deploy: the watchdog publishes safe_command"),
+    "safe_command": ([0.0], "deploy watchdog: the command while observations are stale "
+                            "(environment units): act_dim values, or one for every joint"),
+    "watchdog_rate_hz": (50.0, "deploy with rate_hz 0: how often the watchdog checks for stale "
+                               "observations and repeats the safe command; 0 = no watchdog"),
+    "rejected_topic": ("~/rejected_observations", "count of observations dropped as non-finite or "
+                                                  "of the wrong length (std_msgs/Int64); '' = none"),
     "action_low": ([0.0], "deploy safety limits (lower); [] or [0.0] with action_high [0.0] = "
                           "the model's bounds"),
     "action_high": ([0.0], "deploy safety limits (upper)"),
     "max_action_rate": (0.0, "deploy: largest change of any command per second; 0 = unlimited"),
+    "executor": ("events", "executor of the actor's own process: events (rclpy EventsExecutor) "
+                           "or single (SingleThreadedExecutor)"),
+    "spin": ("block", "block: sleep until an event (no CPU while idle); poll: never sleep (one core "
+                      "at 100 %, no wake-up latency, caches stay warm; with cpu_affinity on a core "
+                      "of its own)"),
+    "gc_freeze": (True, "deploy: gc.freeze() after start-up, so a collection skips every start-up "
+                        "object (a full one: 11 ms -> 2 us measured)"),
+    "cpu_affinity": ([], "CPU ids to pin every thread of the process to (os.sched_setaffinity); "
+                         "[] = no pinning"),
+    "sched_priority": (0, "SCHED_FIFO real-time priority (1-99) for every thread of the process "
+                          "(needs CAP_SYS_NICE or an rtprio limit); 0 = the normal scheduler"),
+    "load_at_safe_points": (True, "loader thread: start each GIL-holding step of a policy load "
+                                  "(session creation ~1 ms) right after a control step; false = "
+                                  "at once"),
+    "stats_file": ("", "write control-path statistics (inference and callback time percentiles, "
+                       "GC pauses, counters) as JSON to this file on exit; '' = none"),
+    "echo_sequence": (False, "benchmarks: copy an observation's ('seq', n, 0) layout dim into the "
+                             "command's layout (bench/latency.py)"),
 }
+
+
+def tune_process(cpus: list[int], priority: int) -> None:
+    """Pin every thread of this process (DDS threads included) to `cpus` and/or give them the
+    SCHED_FIFO `priority`; threads started later inherit both."""
+    for tid in (int(t) for t in os.listdir("/proc/self/task")):
+        try:
+            if cpus:
+                os.sched_setaffinity(tid, cpus)
+            if priority:  # child processes start with the normal scheduler again
+                os.sched_setscheduler(tid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                                      os.sched_param(priority))
+        except ProcessLookupError:  # a thread that just ended
+            continue
+        except PermissionError as err:
+            raise ParameterError(f"sched_priority {priority}: not permitted ({err.strerror}); "
+                                 "needs CAP_SYS_NICE or an rtprio limit") from None
 
 
 class Actor(FinishableNode):
@@ -129,15 +244,25 @@ class Actor(FinishableNode):
         self.rng = np.random.default_rng(p["seed"] + SEED_OFFSET)
         self.current: LoadedPolicy | None = None
         self.steps = 0  # distinct observations acted on
-        self.actions = 0  # actions published (re-requests included)
+        self.actions = 0  # actions published (re-requests and safe commands included)
         self.repeats = 0  # re-requested observations answered from the cache
         self.swaps = 0
-        self.rejected = 0
+        self.rejected = 0  # policies refused
+        self.rejected_observations = 0  # non-finite or wrong-length observations dropped
+        self.safe_commands = 0  # watchdog commands published
+        self.stale_events = 0  # times observations went stale
+        self.nonfinite_actions = 0  # policy outputs replaced by the safe command
+        self.stale = False
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
+        self.inference_ns = latency.DurationLog()  # policy run, deploy
+        self.callback_ns = latency.DurationLog()  # observation callback, entry to published command
+        self._gc_monitor: latency.GcMonitor | None = None
+        self._ticks = 0  # control steps done: the loader's safe points
         self._last_obs_key: bytes | None = None
         self._last_action_msg: Float64MultiArray | None = None
-        self._latest_obs: tuple[np.ndarray, float] | None = None
-        self._previous_command: tuple[np.ndarray, float] | None = None
+        self._latest_obs: np.ndarray | None = None
+        self._last_obs_time = time.monotonic()  # no observation yet: stale after the timeout
+        self._command: CommandBuffer | None = None
         self._spec = (m.ObservationSpec(tuple(p["joints"]), tuple(p["joint_fields"]))
                       if p["joints"] else None)
 
@@ -148,19 +273,7 @@ class Actor(FinishableNode):
         self._stop = threading.Event()
         self._loader = threading.Thread(target=self._loader_loop, name=f"{node_name}_loader", daemon=True)
 
-        command_qos = COMMAND_QOS if p["command_qos"] == "reliable" else ACTION_QOS
-        self.action_pub = self.create_publisher(Float64MultiArray, p["action_topic"], command_qos)
-        self.version_pub = self.create_publisher(Int64, p["policy_version_topic"], POLICY_VERSION_QOS)
-        if self._spec is not None:
-            self.create_subscription(JointState, p["observation_topic"], self._on_joint_state,
-                                     qos_for("joint_states"))
-        else:
-            self.create_subscription(Float32MultiArray, p["observation_topic"], self._on_observation,
-                                     qos_for("observation"))
-        if p["subscribe_policy"]:
-            self.create_subscription(UInt8MultiArray, p["policy_topic"], self._on_policy, qos_for("policy"))
-        if p["rate_hz"] > 0:
-            self.create_timer(1.0 / p["rate_hz"], self._on_timer)
+        self._create_entities(p)
         self._model_path = Path(p["model"]) if p["model"] else None
         self._model_mtime = 0.0
         if self._model_path is not None:
@@ -170,18 +283,30 @@ class Actor(FinishableNode):
             if p["watch_model"]:
                 self.create_timer(1.0, self._check_model_file)
         self._loader.start()
+        if p["cpu_affinity"] or p["sched_priority"]:
+            tune_process(p["cpu_affinity"], p["sched_priority"])
+        if p["gc_freeze"] and self.mode == "deploy":  # process-wide: not in a composed training graph
+            gc.collect()
+            gc.freeze()
+        if self.stats_file:  # from here on: the pauses the control path can see
+            self._gc_monitor = latency.GcMonitor()
         origin = self.current.origin if self.current else f"waiting for {p['policy_topic']}"
         self.get_logger().info(f"{self.mode} mode; policy: {origin}")
 
     def _declare_parameters(self) -> dict[str, Any]:
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
-        if p["mode"] not in MODES:
-            raise ParameterError(f"parameter 'mode' must be one of {MODES}, got {p['mode']!r}")
-        if p["command_qos"] not in ("best_effort", "reliable"):
-            raise ParameterError(f"parameter 'command_qos' must be best_effort or reliable, "
-                                 f"got {p['command_qos']!r}")
-        if p["warmup_steps"] < 0 or p["exploration_noise"] < 0 or p["rate_hz"] < 0:
-            raise ParameterError("warmup_steps, exploration_noise and rate_hz must be >= 0")
+        for name, choices in (("mode", MODES), ("command_qos", QOS_CHOICES),
+                              ("observation_qos", QOS_CHOICES), ("executor", EXECUTORS),
+                              ("spin", SPIN_MODES)):
+            if p[name] not in choices:
+                raise ParameterError(f"parameter '{name}' must be one of {choices}, got {p[name]!r}")
+        for name in ("warmup_steps", "exploration_noise", "rate_hz", "watchdog_rate_hz",
+                     "max_action_rate"):
+            if p[name] < 0:
+                raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
+        if p["observation_timeout_s"] <= 0:
+            raise ParameterError(f"parameter 'observation_timeout_s' must be > 0, "
+                                 f"got {p['observation_timeout_s']}")
         p["joints"] = [j for j in p["joints"] if j]
         self.obs_dim = p["obs_dim"] or None
         self.act_dim = p["act_dim"] or None
@@ -191,12 +316,57 @@ class Actor(FinishableNode):
         self.rate_hz = p["rate_hz"]
         self.obs_timeout = p["observation_timeout_s"]
         self.max_action_rate = p["max_action_rate"]
-        low, high = np.asarray(p["action_low"], float), np.asarray(p["action_high"], float)
-        same = low.shape == high.shape and low.size > 0
-        self.limits = (low, high) if same and np.any(low != high) else None
-        if self.limits is not None and np.any(low > high):
-            raise ParameterError(f"action_low {low.tolist()} exceeds action_high {high.tolist()}")
+        self.executor_kind = p["executor"]
+        self.spin_timeout_s = 0.0 if p["spin"] == "poll" else 0.1  # read by run_node()
+        self.stats_file = p["stats_file"]
+        self.echo = p["echo_sequence"]
+        self._safe_point = self._wait_for_safe_point if p["load_at_safe_points"] else lambda: None
+        self.limits = self._limits(p["action_low"], p["action_high"])
+        self.safe = self._vector_parameter("safe_command", p["safe_command"])
+        if not all(isinstance(c, int) and c >= 0 for c in p["cpu_affinity"]):
+            raise ParameterError(f"parameter 'cpu_affinity' must list CPU ids, got {p['cpu_affinity']}")
+        if not 0 <= p["sched_priority"] <= 99:
+            raise ParameterError(f"parameter 'sched_priority' must be in [0, 99], got {p['sched_priority']}")
         return p
+
+    @staticmethod
+    def _vector_parameter(name: str, values: list) -> np.ndarray:
+        try:
+            x = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ParameterError(f"parameter '{name}' must be a list of numbers, got {values!r}") from None
+        if x.ndim != 1 or not np.isfinite(x).all():
+            raise ParameterError(f"parameter '{name}' must be a list of finite numbers, got {values!r}")
+        return x
+
+    def _limits(self, low_values: list, high_values: list) -> tuple[np.ndarray, np.ndarray] | None:
+        low = self._vector_parameter("action_low", low_values)
+        high = self._vector_parameter("action_high", high_values)
+        if low.shape != high.shape or low.size == 0 or np.all(low == high):
+            return None
+        if np.any(low > high):
+            raise ParameterError(f"action_low {low.tolist()} exceeds action_high {high.tolist()}")
+        return low, high
+
+    def _create_entities(self, p: dict[str, Any]) -> None:
+        command_qos = COMMAND_QOS if p["command_qos"] == "reliable" else ACTION_QOS
+        self.action_pub = self.create_publisher(Float64MultiArray, p["action_topic"], command_qos)
+        self.version_pub = self.create_publisher(Int64, p["policy_version_topic"], POLICY_VERSION_QOS)
+        self.rejected_pub = (self.create_publisher(Int64, p["rejected_topic"], COUNTER_QOS)
+                             if p["rejected_topic"] else None)
+        reliable = p["observation_qos"] == "reliable"
+        if self._spec is not None:
+            qos = RELIABLE_DEFAULT_QOS if reliable else qos_for("joint_states")
+            self.create_subscription(JointState, p["observation_topic"], self._on_joint_state, qos)
+        else:
+            qos = RELIABLE_DEFAULT_QOS if reliable else qos_for("observation")
+            self.create_subscription(Float32MultiArray, p["observation_topic"], self._on_observation, qos)
+        if p["subscribe_policy"]:
+            self.create_subscription(UInt8MultiArray, p["policy_topic"], self._on_policy, qos_for("policy"))
+        if self.rate_hz > 0:
+            self.create_timer(1.0 / self.rate_hz, self._on_timer)
+        elif self.mode == "deploy" and p["watchdog_rate_hz"] > 0:
+            self.create_timer(1.0 / p["watchdog_rate_hz"], self._on_watchdog)
 
     # ------------------------------------------------------------------ policies
     def _on_policy(self, msg: UInt8MultiArray) -> None:
@@ -224,16 +394,50 @@ class Actor(FinishableNode):
             obs_dim = self.obs_dim or (reference.policy.metadata.obs_dim if reference else None)
             act_dim = self.act_dim or (reference.policy.metadata.act_dim if reference else None)
             try:
-                loaded = LoadedPolicy.load(source, version, obs_dim, act_dim)
+                loaded = LoadedPolicy.load(source, version, obs_dim, act_dim, self._safe_point)
+                self._install(loaded)
             except PolicyLoadError as err:
                 self.rejected += 1
                 kept = f"version {reference.version}" if reference else "none"
                 self.get_logger().error(f"policy refused, keeping {kept}: {err}")
-                continue
-            self._install(loaded)
+
+    def _wait_for_safe_point(self) -> None:
+        """Return right after a control step, when the next observation is furthest away.
+
+        Session creation holds the GIL for ~1 ms; started at a random moment it would delay a
+        control step by that much, started here it fits in the gap before the next observation.
+        """
+        seen = self._ticks
+        deadline = time.monotonic() + SAFE_POINT_MAX_WAIT_S
+        while self._ticks == seen and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(SAFE_POINT_POLL_S)
+
+    def _bounds(self, loaded: LoadedPolicy) -> tuple[np.ndarray, np.ndarray]:
+        """The deploy clamp: `action_low`/`action_high` when set, else the model's bounds."""
+        low, high = self.limits if self.limits is not None else (loaded.low, loaded.high)
+        shape = (loaded.act_dim,)
+        return (np.broadcast_to(np.asarray(low, np.float64), shape).copy(),
+                np.broadcast_to(np.asarray(high, np.float64), shape).copy())
+
+    def _check_safe_command(self, loaded: LoadedPolicy) -> None:
+        """The safe command must fit the model's action size and the limits in force."""
+        safe = self.safe
+        if safe.size not in (1, loaded.act_dim):
+            raise PolicyLoadError(f"{loaded.origin}: safe_command has {safe.size} values, the "
+                                  f"policy has act_dim {loaded.act_dim}")
+        low, high = loaded.bounds
+        safe = np.broadcast_to(safe, (loaded.act_dim,))
+        if np.any(safe < low) or np.any(safe > high):
+            raise PolicyLoadError(f"{loaded.origin}: safe_command {safe.tolist()} is outside the "
+                                  f"action limits [{np.asarray(low).tolist()}, {np.asarray(high).tolist()}]")
 
     def _install(self, loaded: LoadedPolicy) -> None:
         """Make a loaded model available: active at once, or staged for its step (`swap_delay`)."""
+        loaded = replace(loaded, bounds=self._bounds(loaded))
+        if self.mode == "deploy":
+            self._check_safe_command(loaded)
+        if self._command is None or self._command.values.size != loaded.act_dim:
+            self._command = CommandBuffer(loaded.act_dim, self.echo)
         if self.swap_delay < 0:
             self.current = loaded  # the swap: one assignment, read once per control step
             self.swaps += 1
@@ -251,8 +455,9 @@ class Actor(FinishableNode):
             self.get_logger().debug(f"could not announce policy version: {err}")
 
     def _log_swap(self, text: str) -> None:
-        """The first policy and file reloads at info level; the learner's stream of updates at debug."""
-        if self.swaps == 1 or self.mode == "deploy":
+        """The first policy (deploy: the first ten) at info level, later ones at debug: a learner
+        or a 10 Hz stream of updates would flood the log."""
+        if self.swaps == 1 or (self.mode == "deploy" and self.swaps <= 10):
             self.get_logger().info(text)
         else:
             self.get_logger().debug(text)
@@ -288,66 +493,170 @@ class Actor(FinishableNode):
 
     # ------------------------------------------------------------------ control path
     def _on_observation(self, msg: Float32MultiArray) -> None:
+        start = perf_counter_ns()
+        seq = latency.pop_sequence(msg) if self.echo else None
         try:
             obs = m.msg_to_observation(msg, self._expected_obs_dim())
         except m.MessageError as err:
-            self.get_logger().warning(f"rejected observation: {err}", throttle_duration_sec=5.0)
+            self._reject(err)
             return
-        self._handle(obs)
+        self._handle(obs, seq, start)
 
     def _on_joint_state(self, msg: JointState) -> None:
+        start = perf_counter_ns()
         try:
             obs = m.joint_state_to_obs(msg, self._spec)
         except m.MessageError as err:
-            self.get_logger().warning(f"rejected joint state: {err}", throttle_duration_sec=5.0)
+            self._reject(err)
             return
-        self._handle(obs)
+        self._handle(obs, None, start)
+
+    def _reject(self, err: m.MessageError) -> None:
+        """Drop a bad observation: count it, publish the count, log (throttled)."""
+        self.rejected_observations += 1
+        if self.rejected_pub is not None:
+            self.rejected_pub.publish(Int64(data=self.rejected_observations))
+        self.get_logger().warning(f"observation dropped ({self.rejected_observations} so far): {err}",
+                                  throttle_duration_sec=LOG_THROTTLE_S)
 
     def _expected_obs_dim(self) -> int | None:
         current = self.current
         return self.obs_dim or (current.policy.metadata.obs_dim if current else None)
 
-    def _handle(self, obs: np.ndarray) -> None:
+    def _handle(self, obs: np.ndarray, seq: int | None, start: int) -> None:
+        now = time.monotonic()
+        self._last_obs_time = now
+        if self.stale:
+            self._recover()
         if self.rate_hz > 0:
-            self._latest_obs = (obs, time.monotonic())
+            self._latest_obs = obs
             return
         if self.mode == "train":
-            key = obs.tobytes()
-            if key == self._last_obs_key and self._last_action_msg is not None:
-                self.repeats += 1
-                self._publish(self._last_action_msg)
-                return
+            self._respond_train(obs)
+        else:
+            self._respond_deploy(obs, seq, now)
+            self.callback_ns.add(perf_counter_ns() - start)
+        self._ticks += 1
+
+    def _on_timer(self) -> None:
+        """Fixed-rate commands from the newest observation; the safe command when it is stale."""
+        now = time.monotonic()
+        if now - self._last_obs_time > self.obs_timeout:
+            if self.mode == "deploy":
+                self._publish_safe(now)
+            return
+        latest = self._latest_obs
+        if latest is None:
+            return
+        if self.mode == "train":
+            action = self.act(latest)
+            if action is not None:
+                self._publish(m.action_to_msg(action))
+        else:
+            self._respond_deploy(latest, None, now)
+        self._ticks += 1
+
+    def _on_watchdog(self) -> None:
+        """Per-observation deploy: the safe command while observations are stale."""
+        now = time.monotonic()
+        if now - self._last_obs_time > self.obs_timeout:
+            self._publish_safe(now)
+
+    def _publish_safe(self, now: float) -> None:
+        command = self._command
+        if command is None:
+            return  # no model yet: the action size is unknown
+        if not self.stale:
+            self.stale = True
+            self.stale_events += 1
+            self.get_logger().warning(
+                f"no valid observation for {self.obs_timeout:g} s: publishing the safe command "
+                f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations return")
+        command.values[:] = self.safe
+        command.remember(now)
+        self._send(command, None)
+        self.safe_commands += 1
+
+    def _recover(self) -> None:
+        self.stale = False
+        self.get_logger().info("observations are back: policy commands again")
+
+    def _respond_train(self, obs: np.ndarray) -> None:
+        key = obs.tobytes()
+        if key == self._last_obs_key and self._last_action_msg is not None:
+            self.repeats += 1
+            self._publish(self._last_action_msg)
+            return
         action = self.act(obs)
         if action is None:
             return
         msg = m.action_to_msg(action)
-        if self.mode == "train":
-            self._last_obs_key, self._last_action_msg = obs.tobytes(), msg
+        self._last_obs_key, self._last_action_msg = key, msg
         self._publish(msg)
 
-    def _on_timer(self) -> None:
-        latest = self._latest_obs
-        if latest is None or time.monotonic() - latest[1] > self.obs_timeout:
+    def _respond_deploy(self, obs: np.ndarray, seq: int | None, now: float) -> None:
+        """pi(obs), clamped and rate limited in place into the preallocated command message."""
+        current, command = self.current, self._command  # read once: a swap cannot mix policies
+        if current is None or command is None:
+            self._no_policy()
             return
-        action = self.act(latest[0])
-        if action is not None:
-            self._publish(m.action_to_msg(action))
+        start = perf_counter_ns()
+        action = current.run(obs)
+        self.inference_ns.add(perf_counter_ns() - start)
+        self._clamp_into(action, current, command, now)
+        self._send(command, seq)
+
+    def _clamp_into(self, action: np.ndarray, current: LoadedPolicy, command: CommandBuffer,
+                    now: float) -> None:
+        """Write the safe version of `action` into the command: limits, finiteness, rate limit.
+
+        Few numpy calls (each costs a microsecond or more at act_dim 1..20): float64 bounds
+        computed at install, NaN found through the sum (clip has removed every inf), the last
+        command kept only when the rate limit needs it.
+        """
+        out = command.values
+        np.clip(action, *current.bounds, out=out)
+        total = out.sum()
+        if total != total:  # NaN survives clip
+            self.nonfinite_actions += 1
+            self.get_logger().error("the policy returned a non-finite action: safe command instead",
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            out[:] = self.safe
+        elif self.max_action_rate > 0:
+            if command.previous_time is not None:
+                step = self.max_action_rate * min(now - command.previous_time, 1.0)
+                previous = command.previous
+                np.clip(out, previous - step, previous + step, out=out)
+            command.remember(now)
+
+    def _send(self, command: CommandBuffer, seq: int | None) -> None:
+        if command.echo is not None:
+            command.echo.set(seq)
+        self._publish(command.msg)
 
     def _publish(self, msg: Float64MultiArray) -> None:
         self.action_pub.publish(msg)
         self.actions += 1
 
+    def _no_policy(self) -> None:
+        self.get_logger().warning("no policy yet: observation not answered",
+                                  throttle_duration_sec=LOG_THROTTLE_S)
+
     def act(self, obs: np.ndarray) -> np.ndarray | None:
-        """The action for `obs` in environment units, or None without a policy."""
+        """The action for `obs` in environment units (a new array), or None without a policy.
+
+        Train mode: exploration (advances the step count); deploy mode: pi(obs) clamped to the
+        limits (no rate limit: that needs the command history of the control path).
+        """
         if self.mode == "train":
             self._activate(self.steps)
         current = self.current  # read once: a swap mid-step cannot mix two policies
         if current is None:
-            self.get_logger().warning("no policy yet: observation not answered", throttle_duration_sec=5.0)
+            self._no_policy()
             return None
         if self.mode == "train":
             return self._explore(obs, current)
-        return self._safe(current.policy(obs).astype(np.float64), current)
+        return np.clip(current.run(obs), *current.bounds).astype(np.float64)
 
     def _explore(self, obs: np.ndarray, current: LoadedPolicy) -> np.ndarray:
         step = self.steps
@@ -358,30 +667,38 @@ class Actor(FinishableNode):
         if warm:
             unit = self.rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
         else:
-            a = current.scaler.to_unit(current.policy(obs))
+            a = current.scaler.to_unit(current.run(obs))
             noise = self.rng.normal(0.0, self.noise, act_dim)
             unit = np.clip(a + noise, -1.0, 1.0).astype(np.float32)
         return current.scaler.to_env(unit).astype(np.float64)
-
-    def _safe(self, action: np.ndarray, current: LoadedPolicy) -> np.ndarray:
-        low, high = self.limits if self.limits is not None else (current.low, current.high)
-        action = np.clip(action, low, high)
-        now = time.monotonic()
-        previous = self._previous_command
-        if self.max_action_rate > 0 and previous is not None and previous[0].shape == action.shape:
-            step = self.max_action_rate * min(now - previous[1], 1.0)
-            action = np.clip(action, previous[0] - step, previous[0] + step)
-        self._previous_command = (action, now)
-        return action
 
     @property
     def version(self) -> int:
         return self.current.version if self.current is not None else -1
 
+    def statistics(self) -> dict[str, Any]:
+        """Counters and control-path timings (what ``stats_file`` holds)."""
+        out: dict[str, Any] = {
+            "node": self.get_fully_qualified_name(), "pid": os.getpid(), "mode": self.mode,
+            "inference": self.inference_ns.summary(), "callback": self.callback_ns.summary(),
+            "counters": {name: getattr(self, name) for name in (
+                "actions", "steps", "swaps", "rejected", "rejected_observations", "safe_commands",
+                "stale_events", "nonfinite_actions")},
+            "version": self.version,
+        }
+        if self._gc_monitor is not None:
+            out["gc"] = self._gc_monitor.summary()
+        return out
+
     def close(self) -> None:
         self._stop.set()
         if self._loader.is_alive():
             self._loader.join(timeout=2.0)
+        if self._gc_monitor is not None:
+            self._gc_monitor.close()
+        if self.stats_file:
+            latency.write_json(self.stats_file, self.statistics())
+            self.stats_file = ""  # close() may run twice
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,0 +1,290 @@
+"""Deploy-mode safety of the actor over real DDS: bad observations, watchdog, clamping, rate limit.
+
+The actor runs as ``opolo-ros launch`` composes it (GraphRunner: its own context and executor); a
+peer node in another context (another DDS participant, as another process would be) publishes
+observations and records the commands.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy")
+pytest.importorskip("torch")
+
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, MultiArrayDimension  # noqa: E402
+from test_nodes import onnx_policy  # noqa: E402
+
+from opolo_ros.launch_runner import GraphRunner, NodeSpec  # noqa: E402
+from opolo_ros.nodes.actor import COUNTER_QOS, RELIABLE_DEFAULT_QOS  # noqa: E402
+from opolo_ros.ros import messages as m  # noqa: E402
+from opolo_ros.ros.runtime import spin_until  # noqa: E402
+
+pytestmark = pytest.mark.ros
+JOINTS = ["slider", "hinge"]
+NAN, INF = float("nan"), float("inf")
+
+
+class Spy:
+    """Wraps the actor's inference: records every observation the model is given."""
+
+    def __init__(self, runner: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.runner = runner
+        self.inputs: list[np.ndarray] = []
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        self.inputs.append(np.array(obs, copy=True))
+        return self.runner(obs)
+
+
+class Rig:
+    """A deploy actor plus a peer that publishes observations and timestamps the commands.
+
+    Both directions are reliable (the actor's ``observation_qos``/``command_qos``), so that a test
+    on a loaded machine loses no sample; the best-effort default is exercised by test_deploy.py.
+    """
+
+    def __init__(self, graph: GraphRunner, peer, peer_executor, joint_state: bool = False) -> None:
+        self.graph = graph
+        self.actor = graph.nodes["actor"]
+        self.executors = [graph.executor, peer_executor]
+        kind = JointState if joint_state else Float32MultiArray
+        self.obs_pub = peer.create_publisher(kind, "observation", RELIABLE_DEFAULT_QOS)
+        self.commands: list[tuple[float, float]] = []  # (receive time, first value)
+        self.counts: list[int] = []
+        peer.create_subscription(Float64MultiArray, "action", self._on_command, RELIABLE_DEFAULT_QOS)
+        peer.create_subscription(Int64, "/actor/rejected_observations",
+                                 lambda msg: self.counts.append(msg.data), COUNTER_QOS)
+        assert self.spin_until(lambda: self.obs_pub.get_subscription_count() >= 1
+                               and self.actor.action_pub.get_subscription_count() >= 1, 10.0)
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        self.commands.append((time.monotonic(), float(msg.data[0])))
+
+    def spin_until(self, done: Callable[[], bool], timeout: float = 5.0) -> bool:
+        return spin_until(self.executors, done, timeout_sec=timeout)
+
+    def spin_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        spin_until(self.executors, lambda: time.monotonic() > end, timeout_sec=seconds + 1.0)
+
+    def send(self, msg) -> None:
+        """Publish one observation and wait until the actor has answered or dropped it."""
+        actor = self.actor
+        before = (actor.actions, actor.rejected_observations)
+        self.obs_pub.publish(msg)
+        assert self.spin_until(lambda: (actor.actions, actor.rejected_observations) != before), \
+            "the actor neither answered nor dropped the observation"
+
+    def stream(self, obs: np.ndarray, seconds: float, hz: float = 50.0) -> None:
+        """Publish `obs` at `hz` for `seconds`, spinning in between."""
+        msg = m.observation_to_msg(obs)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.obs_pub.publish(msg)
+            self.spin_for(1.0 / hz)
+
+
+def start(tmp_path: Path, ros_domain_id: int, ros_node, model: Path, joint_state: bool = False,
+          **params) -> tuple[GraphRunner, Rig]:
+    parameters = {"mode": "deploy", "model": str(model), "subscribe_policy": False,
+                  "observation_qos": "reliable", "command_qos": "reliable", **params}
+    if joint_state:
+        parameters["joints"] = JOINTS
+    graph = GraphRunner([NodeSpec("actor", "actor", parameters=parameters)], ros_domain_id)
+    peer, peer_executor = ros_node("peer")
+    return graph, Rig(graph, peer, peer_executor, joint_state)
+
+
+def raw_observation(values, dim: int | None = None) -> Float32MultiArray:
+    """A Float32MultiArray as any publisher could send it (no encoder checks)."""
+    msg = Float32MultiArray()
+    msg.data = array.array("f", values)
+    if dim is not None:
+        msg.layout.dim = [MultiArrayDimension(label="obs", size=dim, stride=dim)]
+    return msg
+
+
+def joint_state(names, positions, velocities) -> JointState:
+    msg = JointState()
+    msg.name = list(names)
+    msg.position = array.array("d", positions)
+    msg.velocity = array.array("d", velocities)
+    return msg
+
+
+GOOD = [np.array([0.1, 0.2, 0.3, 0.4], np.float32), np.array([-0.1, 0.0, 0.05, 0.2], np.float32)]
+BAD_ARRAYS = {
+    "nan": raw_observation([0.1, NAN, 0.3, 0.4], 4),
+    "inf": raw_observation([0.1, 0.2, -INF, 0.4], 4),
+    "too short": raw_observation([0.1, 0.2, 0.3], 3),
+    "too long, no layout": raw_observation([0.1, 0.2, 0.3, 0.4, 0.5]),
+    "layout disagrees": raw_observation([0.1, 0.2, 0.3, 0.4], 5),
+}
+BAD_JOINT_STATES = {
+    "nan position": joint_state(JOINTS, [0.1, NAN], [0.3, 0.4]),
+    "inf velocity": joint_state(JOINTS, [0.1, 0.2], [INF, 0.4]),
+    "missing joint": joint_state(["slider"], [0.1], [0.3]),
+    "short velocity": joint_state(JOINTS, [0.1, 0.2], [0.3]),
+}
+
+
+def good_message(obs: np.ndarray, as_joint_state: bool):
+    if as_joint_state:  # positions of (slider, hinge), then velocities: the policy order
+        return joint_state(reversed(JOINTS), obs[1::-1], obs[3:1:-1])  # message order is free
+    return m.observation_to_msg(obs)
+
+
+@pytest.mark.parametrize("as_joint_state", [False, True], ids=["Float32MultiArray", "JointState"])
+def test_bad_observations_are_dropped_counted_and_never_reach_the_model(tmp_path, ros_domain_id, ros_node,
+                                                                         as_joint_state):
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, as_joint_state,
+                       observation_timeout_s=60.0)
+    with graph:
+        actor = rig.actor
+        spy = Spy(actor.current.runner)
+        actor.current = dataclasses.replace(actor.current, runner=spy)
+        bad = BAD_JOINT_STATES if as_joint_state else BAD_ARRAYS
+        rig.send(good_message(GOOD[0], as_joint_state))
+        for msg in bad.values():
+            rig.send(msg)
+        rig.send(good_message(GOOD[1], as_joint_state))
+        assert rig.spin_until(lambda: len(rig.commands) == 2 and rig.counts[-1:] == [len(bad)])
+    assert actor.rejected_observations == len(bad)
+    assert actor.actions == 2 and actor.safe_commands == 0
+    assert len(spy.inputs) == 2, "a bad observation reached the model"
+    for seen, sent in zip(spy.inputs, GOOD):
+        np.testing.assert_array_equal(seen, sent)
+    assert rig.counts == sorted(rig.counts) and rig.counts[-1] == len(bad)  # published, counting up
+
+
+@pytest.mark.parametrize("rate_hz", [0.0, 50.0], ids=["per-observation", "fixed-rate"])
+def test_watchdog_publishes_the_safe_command_when_observations_stop_and_recovers(
+        tmp_path, ros_domain_id, ros_node, rate_hz):
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)  # always 0.3 in env units
+    timeout, silence = 0.3, 1.0
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, observation_timeout_s=timeout,
+                       safe_command=[0.5], watchdog_rate_hz=50.0, rate_hz=rate_hz)
+    obs = np.zeros(4, np.float32)
+    with graph:
+        actor = rig.actor
+        rig.stream(obs, 0.6)
+        policy_start = next(i for i, (_, v) in enumerate(rig.commands) if v == pytest.approx(0.3))
+        before, events_before = len(rig.commands), actor.stale_events  # stale before the first too
+        last_obs = time.monotonic()
+        rig.spin_for(silence)
+        stale, events = actor.stale, actor.stale_events
+        during = rig.commands[before:]
+        rig.stream(obs, 0.5)
+        after = rig.commands[before + len(during):]
+        recovered = actor.stale
+    assert all(v == pytest.approx(0.3) for _, v in rig.commands[policy_start:before])
+    safe = [(t, v) for t, v in during if v == pytest.approx(0.5)]
+    assert stale and events == events_before + 1  # went stale once (one warning logged)
+    assert 15 <= len(safe) <= 60, len(safe)  # ~50 Hz for silence - timeout = 0.7 s
+    assert safe[0][0] - last_obs > timeout - 0.05  # not before the timeout
+    assert all(v == pytest.approx(0.5) for _, v in during[len(during) - len(safe):])
+    assert not recovered and actor.safe_commands >= len(safe)
+    first_policy = next(i for i, (_, v) in enumerate(after) if v == pytest.approx(0.3))
+    assert first_policy <= 2 and len(after) >= 10
+    assert all(v == pytest.approx(0.3) for _, v in after[first_policy:]), "the watchdog kept firing"
+
+
+def narrowed(path: Path, low: float, high: float) -> Path:
+    """The same ONNX model with other action bounds in its metadata (the graph is unchanged)."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for prop in model.metadata_props:
+        if prop.key in ("action_low", "action_high"):
+            prop.value = f"[{low if prop.key == 'action_low' else high}]"
+    out = path.with_name(f"narrow_{path.name}")
+    onnx.save(model, str(out))
+    return out
+
+
+@pytest.mark.parametrize("limits", ["parameters", "model metadata"])
+def test_commands_are_clamped(tmp_path, ros_domain_id, ros_node, limits):
+    model = onnx_policy(tmp_path / "p.onnx", [1.0, 0.0, 0.0, 0.0])  # 3 * clamp(obs[0], -1, 1)
+    params = {"observation_timeout_s": 60.0}
+    if limits == "parameters":
+        params.update(action_low=[-1.0], action_high=[1.5])
+        bound_low, bound_high = -1.0, 1.5
+    else:
+        model = narrowed(model, -2.0, 2.0)
+        bound_low, bound_high = -2.0, 2.0
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, **params)
+    with graph:
+        for x in (0.9, -0.9, 0.2):
+            rig.send(m.observation_to_msg(np.array([x, 0.0, 0.0, 0.0], np.float32)))
+        assert rig.spin_until(lambda: len(rig.commands) == 3)
+    values = [v for _, v in rig.commands]
+    assert values == pytest.approx([bound_high, bound_low, 0.6])
+
+
+def test_safe_command_outside_the_limits_is_refused(tmp_path, ros_domain_id):
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model),
+                                                  "action_low": [-1.0], "action_high": [1.0],
+                                                  "safe_command": [2.0]})
+    with pytest.raises(ValueError, match="safe_command"):
+        GraphRunner([spec], ros_domain_id)
+
+
+def test_rate_limit_ramps_commands(tmp_path, ros_domain_id, ros_node):
+    model = onnx_policy(tmp_path / "p.onnx", [1.0, 0.0, 0.0, 0.0])  # 3 * clamp(obs[0], -1, 1)
+    rate = 2.0  # per second
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, max_action_rate=rate,
+                       observation_timeout_s=60.0)
+    with graph:
+        rig.send(m.observation_to_msg(np.zeros(4, np.float32)))
+        assert rig.spin_until(lambda: len(rig.commands) == 1)
+        start_time = rig.commands[-1][0]
+        rig.stream(np.array([1.0, 0.0, 0.0, 0.0], np.float32), 1.0)
+    ramp = rig.commands[1:]
+    values = [v for _, v in ramp]
+    assert len(ramp) >= 10 and rig.commands[0][1] == 0.0
+    assert values == sorted(values), "the ramp went down"
+    assert all(v <= rate * (t - start_time) + 0.02 for t, v in ramp), "faster than max_action_rate"
+    assert 1.0 <= values[-1] < 3.0  # ramping towards the policy's 3.0, not there after ~1 s
+
+
+def test_bound_inference_matches_session_run(tmp_path):
+    """The actor's I/O-bound inference gives what ``OnnxPolicy.__call__`` gives, call after call."""
+    from opolo_ros.export.onnx_policy import load_policy
+
+    policy = load_policy(onnx_policy(tmp_path / "p.onnx", [1.0, -0.5, 0.25, 0.0], bias=0.1))
+    bound = policy.bind()
+    rng = np.random.default_rng(0)
+    for obs in rng.standard_normal((20, 4)).astype(np.float32):
+        np.testing.assert_array_equal(bound(obs), policy(obs))
+
+
+def test_sequence_tag_round_trip_and_duration_log():
+    from opolo_ros.ros import latency
+
+    obs = m.observation_to_msg(np.zeros(4, np.float32))
+    latency.tag_sequence(obs, 41)
+    assert latency.read_sequence(obs) == 41
+    assert latency.pop_sequence(obs) == 41 and latency.pop_sequence(obs) is None
+    assert m.msg_to_observation(obs, 4).shape == (4,)  # a standard observation again
+    command = m.action_to_msg(np.zeros(1))
+    echo = latency.SequenceEcho(command)
+    echo.set(7)
+    assert latency.read_sequence(command) == 7
+    echo.set(None)
+    assert latency.read_sequence(command) == latency.NO_SEQUENCE
+    log = latency.DurationLog(4)
+    for ns in (1000, 2000, 3000, 4000, 5000):  # the ring keeps the newest 4
+        log.add(ns)
+    assert log.count == 5 and sorted(log.values_ns()) == [2000, 3000, 4000, 5000]
+    assert log.summary()["max_us"] == 5.0

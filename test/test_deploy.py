@@ -1,0 +1,84 @@
+"""Deployment end to end: a real-time simulated robot driven by the deploy launch description.
+
+sim_bridge in real-time mode publishes ``/joint_states`` and applies what arrives on
+``/forward_effort_controller/commands`` (zero-order hold), as a robot with ros2_control's forward
+effort controller would; the actor comes from ``deploy.launch.py`` (JointState observation spec,
+Float64MultiArray commands, reliable, per observation) with the shipped InvertedPendulum expert.
+The simulation runs 4x faster than real time (``time_scale``), so 60 s of simulated time take
+about 15 s. Not faster: the command for step k must arrive before step k + 1 (4 x 25 Hz: within
+10 ms here), and the expert does not survive stale commands (measured with the direct env: a
+one-step-old command on 10 % of the steps topples it within 300 steps), so on a loaded machine a
+10x time scale (4 ms) made this test flaky.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy")
+
+from opolo_ros.launch_runner import GraphRunner, NodeSpec, load_launch_module  # noqa: E402
+from opolo_ros.nodes.tasks import control_period  # noqa: E402
+
+pytestmark = pytest.mark.ros
+ROOT = Path(__file__).resolve().parents[1]
+ENV = "InvertedPendulum-v5"
+EXPERT = ROOT / "models" / "experts" / f"{ENV}.onnx"
+COMMANDS = "/forward_effort_controller/commands"
+PARAMS = str(ROOT / "config" / "deploy_inverted_pendulum.yaml")
+SIM_SECONDS = 60.0
+TIME_SCALE = 4.0
+
+
+def deploy_actor(**args: str) -> NodeSpec:
+    deploy = load_launch_module(ROOT / "launch" / "deploy.launch.py")
+    values = {a.name: a.default for a in deploy.ARGUMENTS}
+    values.update(args)
+    (spec,) = deploy.describe(values)
+    return spec
+
+
+def test_deploy_launch_passes_the_safety_arguments():
+    spec = deploy_actor(model=str(EXPERT), safe_command="0.5", action_low="-1,", action_high="1.0",
+                        max_action_rate="4", observation_timeout_s="0.2", watchdog_rate_hz="20",
+                        cpu_affinity="0,1", executor="single", sched_priority="5", params_file=PARAMS)
+    p = spec.parameters
+    assert p["safe_command"] == [0.5] and p["action_low"] == [-1.0] and p["action_high"] == [1.0]
+    assert p["max_action_rate"] == 4.0 and p["observation_timeout_s"] == 0.2
+    assert p["watchdog_rate_hz"] == 20.0 and p["cpu_affinity"] == [0, 1] and p["executor"] == "single"
+    assert p["sched_priority"] == 5
+    assert p["joints"] == ["slider", "hinge"]  # from the parameter file
+    defaults = deploy_actor(model=str(EXPERT), params_file=PARAMS)
+    assert defaults.parameters["observation_timeout_s"] == 0.1  # empty argument: the file's value
+    with pytest.raises(ValueError, match="comma-separated numbers"):
+        deploy_actor(model=str(EXPERT), safe_command="zero")
+
+
+def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_domain_id):
+    bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": ENV, "mode": "realtime", "time_scale": TIME_SCALE, "publish_replay": False,
+        "max_episode_steps": 10_000, "action_topic": COMMANDS, "joint_states_topic": "/joint_states"})
+    actor_spec = deploy_actor(model=str(EXPERT), observation_topic="/joint_states", joints="slider,hinge",
+                              action_topic=COMMANDS, rate_hz="0", observation_timeout_s="0.5")
+    with GraphRunner([bridge_spec, actor_spec], ros_domain_id) as graph:
+        bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
+        dt = control_period(bridge.env)
+        steps = int(round(SIM_SECONDS / dt))
+        start = time.monotonic()
+        ok = graph.spin_until(lambda: bridge.steps >= steps or bridge.episodes > 0,
+                              timeout_s=SIM_SECONDS / TIME_SCALE * 8)
+        wall = time.monotonic() - start
+        angle = float(bridge.env.unwrapped.data.qpos[1])
+        episodes, sim_steps, actions = bridge.episodes, bridge.steps, actor.actions
+        rejected, safe = actor.rejected_observations, actor.safe_commands
+    assert ok, f"only {sim_steps} of {steps} steps in {wall:.1f} s"
+    assert episodes == 0, f"the pendulum fell after {sim_steps * dt:.1f} s of simulated time"
+    assert sim_steps * dt >= SIM_SECONDS
+    assert actions >= 0.95 * sim_steps, (actions, sim_steps)  # one command per joint state
+    assert rejected == 0 and safe == 0
+    assert abs(angle) < 0.2 and np.isfinite(angle)
+    assert wall < SIM_SECONDS / 2, f"{wall:.1f} s of wall-clock time: not faster than real time"
