@@ -20,14 +20,15 @@ from opolo_ros.train.logger import RunLogger
 
 
 def run_seed(config: str, seed: int, at: list[int], sets: list[str], run_root: str,
-             label: str = "") -> dict[int, dict[str, float]]:
+             label: str = "", eval_every: int | None = None) -> dict[int, dict[str, float]]:
     """Train (or resume) one seed to max(at); its evaluations at the steps in `at`, by step.
 
     Evaluations come every min(at) steps when every step in `at` is a multiple of it (else at the
-    config's `eval_every`), so they land exactly on the reported steps.
+    config's `eval_every`), so they land exactly on the reported steps; `eval_every` overrides that.
     """
     base = load_run_config(config, merge_overrides(sets))
-    eval_every = min(at) if all(a % min(at) == 0 for a in at) else base.eval_every
+    if eval_every is None:
+        eval_every = min(at) if all(a % min(at) == 0 for a in at) else base.eval_every
     name = f"{base.env_id}_{label or base.algo}_seed{seed}"
     run_dir = Path(run_root) / name
     overrides = {**merge_overrides(sets), "seed": seed, "run_dir": str(run_dir),

@@ -45,15 +45,17 @@ def missing_demos(config: str) -> str:
 
 
 def run_task(env_id: str, variants: list[str], seeds: list[int], at: list[int], run_root: str,
-             sets: list[str]) -> dict[str, dict]:
+             sets: list[str], eval_every: int | None = None) -> dict[str, dict]:
     config = task_config(env_id)
     why = missing_demos(config)
     if why:
         print(f"{env_id}: skipped, {why}", file=sys.stderr)
         return {v: {"missing": why} for v in variants}
-    return {v: {str(seed): {str(step): row for step, row in
-                            run_seed(config, seed, at, [*sets, *VARIANTS[v]], run_root, label=v).items()}
-                for seed in seeds} for v in variants}
+    def one(variant: str, seed: int) -> dict[str, dict]:
+        rows = run_seed(config, seed, at, [*sets, *VARIANTS[variant]], run_root, variant, eval_every)
+        return {str(step): row for step, row in rows.items()}
+
+    return {v: {str(seed): one(v, seed) for seed in seeds} for v in variants}
 
 
 def cell(seed_rows: dict, step: int) -> str:
@@ -103,13 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--at", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--eval-every", type=int, help="evaluate this often (default: the smallest --at step)")
     p.add_argument("--run-root", default="runs/bench_suite")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plots", help="folder for one learning-curve PNG per task")
     args = p.parse_args(argv)
 
-    results = {task: run_task(task, args.variants, args.seeds, args.at, args.run_root, args.set)
-               for task in args.tasks}
+    results = {task: run_task(task, args.variants, args.seeds, args.at, args.run_root, args.set,
+                              args.eval_every) for task in args.tasks}
     print("\nNormalised score (R - R_random) / (R_expert - R_random), deterministic evaluation\n")
     print(table(results, args.at))
     if args.out:
