@@ -55,8 +55,8 @@ def _int_or(value: str, fallback: int) -> int:
 
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
-    from opolo_ros.algo.config import to_dict
-    from opolo_ros.nodes.common import default_policy_every, flatten
+    from opolo_ros.algo.config import flatten, to_dict
+    from opolo_ros.nodes.common import default_policy_every
 
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"]) or task_params_file(args["env"] or DEFAULT_ENV)

@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from opolo_ros.algo.config import read_yaml
+from opolo_ros.algo.config import flatten, read_yaml
 
 PACKAGE = "opolo_ros"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -127,16 +127,6 @@ def task_params_file(env_id: str) -> str:
 
 # ------------------------------------------------------------------------------------ parameters
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def read_params_file(path: str | Path) -> dict[str, Any]:
     """A ROS 2 parameter file as ``{node key: ros__parameters mapping}``."""
     path = Path(path)
@@ -165,7 +155,7 @@ def node_parameters(params_file: str | Path | None, name: str, namespace: str = 
     merged: dict[str, Any] = {}
     for key in keys:
         if key in sections:
-            merged.update(_flatten(sections[key]))
+            merged.update(flatten(sections[key]))
     return merged
 
 

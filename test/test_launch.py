@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from opolo_ros import launch_runner as lr
+from opolo_ros.algo.config import flatten
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
@@ -57,7 +58,7 @@ def declared_parameters(executable: str) -> set[str]:
     if executable == "learner":
         from opolo_ros.algo.config import RunConfig, to_dict
 
-        names |= set(lr._flatten(to_dict(RunConfig())))
+        names |= set(flatten(to_dict(RunConfig())))
     return names
 
 
@@ -135,13 +136,13 @@ def test_task_parameter_files_exist():
 def test_parameter_file_sections_match_nodes_and_their_parameters(path):
     nodes = launch_node_names()
     sections = lr.read_params_file(path)
-    shared = set(lr._flatten(sections.get("/**", {})))
+    shared = set(flatten(sections.get("/**", {})))
     for section, params in sections.items():
         if section == "/**":
             continue
         name = section.rsplit("/", 1)[-1]
         assert name in nodes, f"{path.name}: section {section!r} is no node of the launch files"
-        unknown = set(lr._flatten(params)) - declared_parameters(nodes[name])
+        unknown = set(flatten(params)) - declared_parameters(nodes[name])
         assert not unknown, f"{path.name}: {section} does not declare {sorted(unknown)}"
     everyone = set().union(*(declared_parameters(e) for e in set(nodes.values())))
     assert shared <= everyone, f"{path.name}: /** keys {sorted(shared - everyone)} are declared by no node"
@@ -158,7 +159,7 @@ def test_described_nodes_get_only_parameters_they_declare(name, tmp_path):
     _, values, specs = lr.describe_launch(name, args)
     assert values.keys() >= REQUIRED_ARGS[name]
     ip_file = lr.read_params_file(lr.task_params_file("InvertedPendulum-v5"))
-    shared = set(lr._flatten(ip_file.get("/**", {})))  # given to every node, as rcl does
+    shared = set(flatten(ip_file.get("/**", {})))  # given to every node, as rcl does
     for spec in specs:
         unknown = set(spec.parameters) - declared_parameters(spec.executable) - shared
         assert not unknown, f"{name}: {spec.name} is given undeclared parameters {sorted(unknown)}"

@@ -277,6 +277,30 @@ def deep_merge(dst: dict[str, Any], src: Mapping[str, Any]) -> dict[str, Any]:
     return dst
 
 
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"opolo": {"net": {"hidden": [64]}}}`` -> ``{"opolo.net.hidden": [64]}`` (ROS names)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`flatten`."""
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        node = out
+        parts = name.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain dict of a config (tuples as lists), for YAML dumps and checkpoints."""
     def conv(v: Any) -> Any:

@@ -1,4 +1,4 @@
-"""What every node shares: parameter declaration, nested-parameter flattening, and ``main()``.
+"""What every node shares: parameter declaration and ``main()``.
 
 Parameters
     Every parameter is declared with a default and a description (``ros2 param describe`` shows
@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -92,30 +92,6 @@ def declare(node: Node, name: str, default: ParamValue, description: str,
     if isinstance(default, list) and not default:
         return list(value) if isinstance(value, (list, tuple)) else value
     return coerce(name, value, default)
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"opolo": {"net": {"hidden": [64]}}}`` -> ``{"opolo.net.hidden": [64]}`` (ROS names)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = list(value) if isinstance(value, tuple) else value
-    return out
-
-
-def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`flatten`."""
-    out: dict[str, Any] = {}
-    for name, value in flat.items():
-        node = out
-        parts = name.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return out
 
 
 class FinishableNode(Node):

@@ -62,7 +62,7 @@ import torch
 import yaml
 from std_msgs.msg import Float32MultiArray, Int64MultiArray, UInt8MultiArray
 
-from opolo_ros.algo.config import RunConfig, to_dict, update_dataclass
+from opolo_ros.algo.config import RunConfig, flatten, to_dict, unflatten, update_dataclass
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, ExpertDataset
 from opolo_ros.data.journal import JournalRecord, ReplayJournal
@@ -73,9 +73,7 @@ from opolo_ros.nodes.common import (
     ParameterError,
     declare,
     default_policy_every,
-    flatten,
     run_node,
-    unflatten,
 )
 from opolo_ros.nodes.tasks import is_mjcf, make_task_env, max_steps_of
 from opolo_ros.ros import messages as m
