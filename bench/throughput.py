@@ -8,6 +8,8 @@ critic update per environment step (policy every 2nd critic step):
             -> learner) with the paper's schedule: 1,000 critic steps every 1,000 env steps (UTD 1),
             10 D steps and 50 P_I steps every 500 env steps; the package's default options.
 * opolo_residual / opolo_stop_gradient: the same with that `opolo.residual_mode`.
+* opolo_simultaneous: opolo with `opolo.policy_update=simultaneous` (one critic backward serves
+  the critic and the policy step).
 * opolo_compiled: opolo with `opolo.compile_critic=true` (compilation is part of the warm-up; its
             time is reported).
 * td3:      the same direct loop with algo td3 (same schedule without D and P_I).
@@ -115,6 +117,8 @@ SYSTEMS = {  # name: (algo, config overrides, table label)
     "opolo_stop_gradient": ("opolo", {"opolo": {"residual_mode": "stop_gradient"}},
                             "OPOLO stop_gradient mode (ours)"),
     "opolo_compiled": ("opolo", {"opolo": {"compile_critic": True}}, "OPOLO + compile_critic (ours)"),
+    "opolo_simultaneous": ("opolo", {"opolo": {"policy_update": "simultaneous"}},
+                           "OPOLO + simultaneous policy update (ours)"),
     "td3": ("td3", {}, "TD3 (ours)"),
 }
 

@@ -78,6 +78,19 @@ def test_dice_actor_loss_by_hand_with_clipping():
     expected = -0.05 - ((0.0 + 4.5) / 2 + (5000.0 + 0.125) / 2)
     assert loss.item() == pytest.approx(expected)
     assert losses.dice_actor_loss(q_init, alpha=0.5, gamma=0.9).item() == pytest.approx(-0.05)
+    only_residual = losses.dice_actor_loss(None, alpha=0.5, gamma=0.9, residual=residual)
+    assert only_residual.item() == pytest.approx(expected + 0.05)
+    with pytest.raises(ValueError):
+        losses.dice_actor_loss(None, alpha=0.5, gamma=0.9)
+
+
+def test_linear_surrogate_has_the_given_value_and_gradient():
+    x = T([[1.0, -2.0], [0.5, 3.0]], requires_grad=True)
+    grad = T([[0.25, 1.0], [-2.0, 0.0]])
+    s = losses.linear_surrogate(x * 2.0, grad, T(7.5))
+    assert s.item() == 7.5
+    s.backward()
+    assert torch.equal(x.grad, 2.0 * grad)  # chain rule through x * 2
 
 
 def test_inverse_regulariser_is_weighted_mse_with_no_gradient_to_pi_i():

@@ -90,15 +90,27 @@ class ReferenceOPOLO:
                                        cfg.f_q)
         self.critic_opt.zero_grad()
         loss.backward()
+        policy_due = (self.steps + 1) % 2 == 0
+        simultaneous = cfg.policy_update == "simultaneous"
+        if policy_due and simultaneous:  # policy gradient from the critic before its step
+            self.actor_backward(t, e, r, mask, q_sa.detach())
         self.critic_opt.step()
         self.steps += 1
-        if self.steps % 2:
+        if not policy_due:
             return
+        if not simultaneous:
+            self.actor_backward(t, e, r, mask, q_sa.detach())
+        self.actor_opt.step()
+        polyak(lrn.critic_target, lrn.critic, cfg.tau)
+
+    def actor_backward(self, t: Transitions, e: StatePairs, r: torch.Tensor, mask: torch.Tensor,
+                       q_sa: torch.Tensor) -> None:
+        lrn, cfg = self.lrn, self.lrn.cfg
         lrn.critic.requires_grad_(False)
         residual = None
         if cfg.residual_mode == "residual":
             q_next = ref_q(lrn.critic, t.next_obs, lrn.actor(t.next_obs))
-            residual = r + cfg.gamma * mask * q_next - q_sa.detach()
+            residual = r + cfg.gamma * mask * q_next - q_sa
         loss = losses.dice_actor_loss(ref_q(lrn.critic, t.obs, lrn.actor(t.obs)), cfg.alpha, cfg.gamma,
                                       residual, cfg.f_q, cfg.residual_clip)
         if cfg.lam > 0:
@@ -106,9 +118,7 @@ class ReferenceOPOLO:
                                                      cfg.lam)
         self.actor_opt.zero_grad()
         loss.backward()
-        self.actor_opt.step()
         lrn.critic.requires_grad_(True)
-        polyak(lrn.critic_target, lrn.critic, cfg.tau)
 
 
 def opolo(**kw) -> OPOLOLearner:
@@ -131,18 +141,30 @@ def assert_same_modules(a, b, **tol) -> None:
             assert torch.allclose(pa, pb, **(tol or TOL)), f"{name}.{pn}: max diff {diff:.3g}"
 
 
+@pytest.mark.parametrize("policy_update", ["sequential", "simultaneous"])
 @pytest.mark.parametrize("residual_mode", ["residual", "stop_gradient"])
 @pytest.mark.parametrize("lam", [0.1, 0.0])
-def test_opolo_train_step_equals_reference(residual_mode, lam):
-    fast, plain = opolo(residual_mode=residual_mode, lam=lam), opolo(residual_mode=residual_mode, lam=lam)
+def test_opolo_train_step_equals_reference(residual_mode, lam, policy_update):
+    kw = dict(residual_mode=residual_mode, lam=lam, policy_update=policy_update)
+    fast, plain = opolo(**kw), opolo(**kw)
     ref = ReferenceOPOLO(plain)
     for t, e in batches(STEPS):
         fast.train_step(t, e, policy_delay=2)
         ref.step(t, e)
     assert_same_modules(fast, plain)
-    fresh = opolo(residual_mode=residual_mode, lam=lam)
+    fresh = opolo(**kw)
     changed = any(not torch.equal(p, q) for p, q in zip(fast.actor.parameters(), fresh.actor.parameters()))
     assert changed and fast.critic_steps == STEPS and fast.actor_steps == STEPS // 2
+
+
+def test_policy_update_orders_differ():
+    """The option is not inert: sequential and simultaneous updates part after the first policy step."""
+    seq, sim = opolo(policy_update="sequential"), opolo(policy_update="simultaneous")
+    for t, e in batches(2):
+        seq.train_step(t, e, policy_delay=2)
+        sim.train_step(t, e, policy_delay=2)
+    assert all(torch.equal(p, q) for p, q in zip(seq.critic.parameters(), sim.critic.parameters()))
+    assert not torch.allclose(next(seq.actor.parameters()), next(sim.actor.parameters()), **TOL)
 
 
 def test_train_step_equals_separate_critic_and_actor_updates():
@@ -230,9 +252,11 @@ def test_loss_graph_falls_back_to_eager_when_compiled_graph_fails():
 
 
 @pytest.mark.slow
-def test_compiled_critic_loss_equals_eager():
-    """torch.compile of the critic loss (about half a minute to compile on a small CPU)."""
-    compiled, eager = opolo(compile_critic=True), opolo()
+@pytest.mark.parametrize("policy_update", ["sequential", "simultaneous"])
+def test_compiled_critic_loss_equals_eager(policy_update):
+    """torch.compile of the critic loss (about half a minute to compile on a small CPU); in the
+    simultaneous update the compiled graph also differentiates with respect to pi(s0)."""
+    compiled, eager = opolo(compile_critic=True, policy_update=policy_update), opolo(policy_update=policy_update)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="torch.compile of the")  # no silent fallback
         for t, e in batches(STEPS):

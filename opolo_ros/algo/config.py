@@ -18,6 +18,7 @@ import yaml
 
 ResidualMode = Literal["residual", "stop_gradient"]
 DoneMode = Literal["ignore", "terminal"]
+PolicyUpdate = Literal["sequential", "simultaneous"]
 
 
 @dataclass
@@ -56,6 +57,11 @@ class OPOLOConfig:
     # (b) ignore: no (1 - done) mask (released code); terminal: mask true terminations only,
     #     time-limit truncation bootstraps.
     done_mode: DoneMode = "terminal"
+    # (e) sequential: the policy step evaluates the critic after the critic's own step (PyTorch TD3
+    #     style); simultaneous: critic and policy gradients come from the same parameters and one
+    #     critic backward pass, as when the released code runs both train ops in one session run.
+    #     Simultaneous saves a critic forward and backward per policy step (BENCHMARKS.md).
+    policy_update: PolicyUpdate = "sequential"
     # Inverse-action regulariser weight; 0 gives OPOLO-x.
     lam: float = 0.1
     # Discriminator: BCE - entropy_coef * Bernoulli entropy + gp_coef * (|grad| - 1)^2.
@@ -189,7 +195,7 @@ def update_dataclass(obj: Any, values: Mapping[str, Any], prefix: str = "") -> A
 
 def _validate(obj: Any, prefix: str) -> None:
     literals = {"residual_mode": ("residual", "stop_gradient"), "done_mode": ("ignore", "terminal"),
-                "algo": ("opolo", "td3")}
+                "policy_update": ("sequential", "simultaneous"), "algo": ("opolo", "td3")}
     for name, allowed in literals.items():
         if hasattr(obj, name) and getattr(obj, name) not in allowed:
             raise ValueError(f"config '{prefix}{name}': must be one of {allowed}, "

@@ -86,7 +86,7 @@ def dice_critic_loss(q_sa: torch.Tensor, target: torch.Tensor, q_init: torch.Ten
     return init_term + f_star(residual, f_q).mean(-1).sum()
 
 
-def dice_actor_loss(q_init: torch.Tensor, alpha: float, gamma: float,
+def dice_actor_loss(q_init: torch.Tensor | None, alpha: float, gamma: float,
                     residual: torch.Tensor | None = None, f_q: float = 2.0,
                     residual_clip: float = 100.0) -> torch.Tensor:
     """Policy side: max_pi 2a(1-g) E[min_j Q_j(s0, pi(s0))] + sum_j E[f*(clip(delta_j, 0, c))].
@@ -94,11 +94,25 @@ def dice_actor_loss(q_init: torch.Tensor, alpha: float, gamma: float,
     `residual` is delta_j = r + gamma Q_j(s', pi(s')) - Q_j(s, a), shape [2, B], carrying gradient
     to pi through Q_j(s', pi(s')) (the paper / AlgaeDICE form); None drops the term, which is what
     the released code's stop-gradient form amounts to (its clipped term has no policy gradient).
+    `q_init` None leaves the s0 term out (the caller adds it, see `linear_surrogate`).
     """
-    loss = -2.0 * alpha * (1.0 - gamma) * q_init.min(0).values.mean()
+    terms = []
+    if q_init is not None:
+        terms.append(-2.0 * alpha * (1.0 - gamma) * q_init.min(0).values.mean())
     if residual is not None:
-        loss = loss - f_star(residual.clamp(0.0, residual_clip), f_q).mean(-1).sum()
-    return loss
+        terms.append(-f_star(residual.clamp(0.0, residual_clip), f_q).mean(-1).sum())
+    if not terms:
+        raise ValueError("dice_actor_loss needs q_init, residual or both")
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def linear_surrogate(x: torch.Tensor, grad: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """A scalar equal to `value` whose gradient with respect to `x` is `grad` (first order).
+
+    Lets one backward pass serve two losses: the gradient a loss has already sent to an input is
+    passed on to whatever produced that input, at the cost of one multiply-add.
+    """
+    return value.detach() + (grad.detach() * (x - x.detach())).sum()
 
 
 def inverse_regulariser(policy_action: torch.Tensor, inverse_action: torch.Tensor, lam: float

@@ -104,9 +104,11 @@ class OPOLOLearner(Checkpointable):
     def critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor,
                     mask: torch.Tensor, a_obs: torch.Tensor, a_next: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Critic loss given pi(s) and pi(s') (no gradient); returns (loss, r, Q(s, a) detached).
+        """Critic loss given pi(s) and pi(s'); returns (loss, r, Q(s, a), Q(s0, pi(s0))), the last
+        three detached.
 
-        The replay states double as the virtual initial states s0 = s.
+        The replay states double as the virtual initial states s0 = s. `a_obs` = pi(s0) carries no
+        autograd history; it may require gradient (the simultaneous policy update reads it).
         """
         cfg = self.cfg
         b = obs.shape[0]
@@ -117,14 +119,14 @@ class OPOLOLearner(Checkpointable):
         q = self.critic(torch.cat([obs, obs]), torch.cat([action, a_obs]))
         q_sa, q_init = q[:, :b], q[:, b:]
         loss = losses.dice_critic_loss(q_sa, target, q_init, cfg.alpha, cfg.gamma, cfg.f_q)
-        return loss, r, q_sa.detach()
+        return loss, r, q_sa.detach(), q_init.detach()
 
-    def _critic_step(self, batch: Transitions,
-                     a_pi: tuple[torch.Tensor, torch.Tensor] | None = None
-                     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Critic update; also returns (r, mask, Q(s, a)) for the policy step on the same batch.
+    def _critic_backward(self, batch: Transitions,
+                         a_pi: tuple[torch.Tensor, torch.Tensor] | None = None
+                         ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...], torch.Tensor]:
+        """Critic gradients, no step; returns (metrics, (r, mask, Q(s, a)), Q(s0, pi(s0))).
 
-        `a_pi` = (pi(s), pi(s')) without gradient, if the caller has them already.
+        `a_pi` = (pi(s), pi(s')) without autograd history, if the caller has them already.
         """
         b = batch.obs.shape[0]
         mask = done_mask(batch, self.cfg.done_mode)
@@ -132,12 +134,19 @@ class OPOLOLearner(Checkpointable):
             with torch.no_grad():
                 a = self.actor(torch.cat([batch.obs, batch.next_obs]))  # pi(s0 = s) and pi(s')
             a_pi = (a[:b], a[b:])
-        loss, r, q_sa = self._critic_graph.backward(self.critic_opt, batch.obs, batch.action,
-                                                    batch.next_obs, mask, *a_pi)
+        loss, r, q_sa, q_init = self._critic_graph.backward(self.critic_opt, batch.obs, batch.action,
+                                                            batch.next_obs, mask, *a_pi)
+        metrics = {"critic/loss": loss.detach(), "critic/q": q_sa.mean(), "reward/mean": r.mean()}
+        return metrics, (r, mask, q_sa), q_init
+
+    def _critic_step(self, batch: Transitions,
+                     a_pi: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Critic update; also returns (r, mask, Q(s, a)) for the policy step on the same batch."""
+        metrics, cached, _ = self._critic_backward(batch, a_pi)
         self.critic_opt.step()
         self.critic_steps += 1
-        metrics = {"critic/loss": loss.detach(), "critic/q": q_sa.mean(), "reward/mean": r.mean()}
-        return metrics, (r, mask, q_sa)
+        return metrics, cached
 
     def _actor_rows(self, batch: Transitions, expert: StatePairs | None) -> list[torch.Tensor]:
         """States the policy loss evaluates pi on, in order: s, s' (residual mode), s_E (lam > 0)."""
@@ -150,9 +159,13 @@ class OPOLOLearner(Checkpointable):
 
     def actor_loss(self, batch: Transitions, expert: StatePairs | None,
                    cached: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-                   a_all: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                   a_all: torch.Tensor | None = None,
+                   init: tuple[torch.Tensor, torch.Tensor] | None = None
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Policy loss (to minimise). `cached` = (r, mask, Q(s, a)) from the critic step, else recomputed;
-        `a_all` = pi of the `_actor_rows` states (with gradient), else computed here."""
+        `a_all` = pi of the `_actor_rows` states (with gradient), else computed here; `init` =
+        (Q(s0, pi(s0)), d critic loss / d pi(s0)) from a critic backward pass with these parameters:
+        the s0 term then needs no critic pass of its own (simultaneous update)."""
         cfg = self.cfg
         b = batch.obs.shape[0]
         use_reg = cfg.lam > 0 and expert is not None
@@ -161,8 +174,10 @@ class OPOLOLearner(Checkpointable):
         if a_all is None:
             a_all = self.actor(x)
         n_q = 2 * b if residual_grad else b
+        first = 0 if init is None else b  # rows whose Q this pass computes: [first, n_q)
         # The critic's parameters enter as constants: the gradient reaches the policy only.
-        q_all = self.critic(x[:n_q], a_all[:n_q], detach_params=True)
+        q_all = (self.critic(x[first:n_q], a_all[first:n_q], detach_params=True) if n_q > first
+                 else None)
         residual = None
         if residual_grad:
             if cached is None:
@@ -170,9 +185,18 @@ class OPOLOLearner(Checkpointable):
                     cached = (self.reward(batch.obs, batch.next_obs), done_mask(batch, cfg.done_mode),
                               self.critic(batch.obs, batch.action))
             r, mask, q_sa = cached
-            residual = r + cfg.gamma * mask * q_all[:, b:] - q_sa
-        loss = losses.dice_actor_loss(q_all[:, :b], cfg.alpha, cfg.gamma, residual, cfg.f_q,
-                                      cfg.residual_clip)
+            residual = r + cfg.gamma * mask * q_all[:, b - first:] - q_sa
+        if init is None:
+            loss = losses.dice_actor_loss(q_all[:, :b], cfg.alpha, cfg.gamma, residual, cfg.f_q,
+                                          cfg.residual_clip)
+        else:
+            # The critic loss's s0 term is +2a(1-g) E[min Q(s0, pi(s0))]; the policy's is its negative.
+            q_init, grad_init = init
+            init_value = 2.0 * cfg.alpha * (1.0 - cfg.gamma) * q_init.min(0).values.mean()
+            loss = losses.linear_surrogate(a_all[:b], -grad_init, -init_value)
+            if residual is not None:
+                loss = loss + losses.dice_actor_loss(None, cfg.alpha, cfg.gamma, residual, cfg.f_q,
+                                                     cfg.residual_clip)
         metrics = {"actor/dice_loss": loss.detach()}
         if use_reg:
             with torch.no_grad():
@@ -204,6 +228,8 @@ class OPOLOLearner(Checkpointable):
         """
         if (self.critic_steps + 1) % policy_delay:
             return self._critic_step(batch)[0]
+        if self.cfg.policy_update == "simultaneous":
+            return self._simultaneous_step(batch, expert)
         b = batch.obs.shape[0]
         a_all = self.actor(torch.cat(self._actor_rows(batch, expert)))
         if self.cfg.residual_mode == "residual":
@@ -213,6 +239,30 @@ class OPOLOLearner(Checkpointable):
                 a_pi = (a_all[:b].detach(), self.actor(batch.next_obs))
         metrics, cached = self._critic_step(batch, a_pi)
         metrics.update(self.update_actor(batch, expert, cached, a_all))
+        return metrics
+
+    def _simultaneous_step(self, batch: Transitions, expert: StatePairs | None
+                           ) -> dict[str, torch.Tensor]:
+        """Critic and policy step from the same parameters: the critic's backward pass also yields
+        d loss / d pi(s0), which the policy's s0 term reuses; then both optimisers step."""
+        b = batch.obs.shape[0]
+        a_all = self.actor(torch.cat(self._actor_rows(batch, expert)))
+        a_obs = a_all[:b].detach().requires_grad_(True)
+        if self.cfg.residual_mode == "residual":
+            a_next = a_all[b:2 * b].detach()
+        else:
+            with torch.no_grad():
+                a_next = self.actor(batch.next_obs)
+        metrics, cached, q_init = self._critic_backward(batch, (a_obs, a_next))
+        loss, actor_metrics = self.actor_loss(batch, expert, cached, a_all, init=(q_init, a_obs.grad))
+        self.actor_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_opt.step()
+        self.critic_opt.step()
+        self.critic_steps += 1
+        self.actor_steps += 1
+        soft_update(self.critic_target, self.critic, self.cfg.tau)
+        metrics.update(actor_metrics)
         return metrics
 
     # ------------------------------------------------------------------ acting / state
