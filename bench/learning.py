@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from opolo_ros.algo.config import load_run_config, merge_overrides
-from opolo_ros.train.direct import train_direct
+from opolo_ros.train.direct import exit_status, train_direct
 from opolo_ros.train.logger import RunLogger
 
 
@@ -67,4 +67,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

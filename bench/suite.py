@@ -24,6 +24,7 @@ from learning import run_seed
 from opolo_ros.algo.config import load_run_config
 from opolo_ros.data.demos import load_episodes
 from opolo_ros.launch_runner import task_params_file
+from opolo_ros.train.direct import exit_status
 
 VARIANTS = {"opolo": [], "opolo-x": ["opolo.lam=0"]}
 # The paper's OPOLO, normalised to its own expert (Table "off-policy approaches").
@@ -127,4 +128,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

@@ -207,8 +207,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"opolo-ros {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"opolo-ros {args.command}: interrupted (the last checkpoint is kept)", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        why = str(exc) or "the last checkpoint is kept"
+        print(f"opolo-ros {args.command}: interrupted: {why}", file=sys.stderr)
         return 130
 
 

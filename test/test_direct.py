@@ -1,5 +1,10 @@
 """The direct training loop: checkpoint -> resume gives the same next updates as an uninterrupted run."""
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +12,7 @@ import torch
 from opolo_ros.algo.config import load_run_config
 from opolo_ros.data.demos import Episode, save_npz
 from opolo_ros.export.onnx_policy import load_policy
-from opolo_ros.train.direct import DirectTrainer
+from opolo_ros.train.direct import DirectTrainer, TrainingInterrupted
 
 
 @pytest.fixture
@@ -107,3 +112,28 @@ def test_cuda_run_trains_and_its_checkpoint_resumes_on_cpu(tmp_path, demos, algo
         torch.testing.assert_close(a.cpu(), b)
     cpu.train()
     assert cpu.step == 260
+
+
+def test_sigterm_checkpoints_and_the_same_run_resumes(tmp_path, demos):
+    """A signal stops training after the current step with a checkpoint; training again resumes there."""
+    cfg = small_cfg(tmp_path, demos, total_steps=100_000)
+    trainer = DirectTrainer(cfg)
+
+    def send_when_training() -> None:
+        while trainer.step < 120:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    sender = threading.Thread(target=send_when_training, daemon=True)
+    sender.start()
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.train()
+    sender.join(5)
+    stopped = trainer.step
+    assert 120 <= stopped < 100_000 and info.value.step == stopped
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert (tmp_path / "run_opolo" / "policy.onnx").is_file()
+    resumed = DirectTrainer(small_cfg(tmp_path, demos, total_steps=stopped + 30))
+    result = resumed.train()
+    assert result.env_steps == stopped + 30  # continued from the checkpoint, not from 0
+    assert resumed.learner.critic_steps == trainer.learner.critic_steps + 30

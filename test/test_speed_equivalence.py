@@ -256,7 +256,8 @@ def test_loss_graph_falls_back_to_eager_when_compiled_graph_fails():
 def test_compiled_critic_loss_equals_eager(policy_update):
     """torch.compile of the critic loss (about half a minute to compile on a small CPU); in the
     simultaneous update the compiled graph also differentiates with respect to pi(s0)."""
-    compiled, eager = opolo(compile_critic=True, policy_update=policy_update), opolo(policy_update=policy_update)
+    compiled = opolo(compile_critic=True, policy_update=policy_update)
+    eager = opolo(policy_update=policy_update)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="torch.compile of the")  # no silent fallback
         for t, e in batches(STEPS):

@@ -30,19 +30,17 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
 from opolo_ros.errors import one_line
+from opolo_ros.signals import stop_on_signals
 
 ParamValue = bool | int | float | str | list
 
@@ -139,32 +137,6 @@ def make_executor(context: Any, kind: str = "events") -> Any:
 
 NodeFactory = Callable[..., FinishableNode]
 STOP_TIMEOUT_S = 60.0  # the most a stopping node may take to finish its work
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """While inside: the first SIGINT/SIGTERM sets `stop`, a second raises KeyboardInterrupt.
-
-    Handlers can only be installed from the main thread; elsewhere this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def spin_until_stopped(executor: Any, node: FinishableNode, stop: threading.Event) -> None:
     """Spin until the node is finished or `stop` is set; then let the node stop cleanly (spinning on,
     so that it can still publish) for at most :data:`STOP_TIMEOUT_S`."""

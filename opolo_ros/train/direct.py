@@ -3,13 +3,18 @@
 It is the yardstick the ROS graph is held to. Seedable (one seed sets Python, NumPy, torch and the
 env), resumable from the run folder's checkpoint (learner, optimisers, normalisers, replay, RNGs and
 the env's physics state), with a progress bar, TensorBoard scalars and a final evaluation.
+SIGINT/SIGTERM stop it after the current env step (and its update burst): a checkpoint and the
+policy are written and `TrainingInterrupted` is raised; running it again resumes there.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +27,7 @@ from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy
+from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
     add_time_feature,
@@ -35,6 +41,15 @@ from opolo_ros.sim.envs import (
 from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by a signal after writing its checkpoint; the same command resumes it."""
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        super().__init__(f"stopped at env step {step}; checkpoint {checkpoint} written, "
+                         "run the same command again to resume")
+        self.step, self.checkpoint = step, checkpoint
 
 
 @dataclass
@@ -200,28 +215,35 @@ class DirectTrainer:
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
         last_log, last_log_t, last_ret = self.step, time.perf_counter(), math.nan
+        stop = threading.Event()
         try:
-            while self.step < cfg.total_steps:
-                metrics = self.env_step()
-                bar.update(1)
-                if "train/episode_return" in metrics:
-                    last_ret = float(metrics["train/episode_return"])
-                    logger.scalars(self.step, {k: metrics.pop(k) for k in
-                                               ("train/episode_return", "train/episode_length")})
-                if self.step - last_log >= 1000 or self.step == cfg.total_steps:
-                    now = time.perf_counter()
-                    sps = (self.step - last_log) / max(now - last_log_t, 1e-9)
-                    logger.scalars(self.step, {**metrics, "perf/steps_per_sec": sps})
-                    last_log, last_log_t = self.step, now
-                    bar.set_postfix(ret=f"{last_ret:.0f}", sps=f"{sps:.0f}")
-                if cfg.eval_every and self.step % cfg.eval_every == 0:
-                    self._log_eval(logger, bar)
-                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                    self.save()
-                if cfg.export_every and self.step % cfg.export_every == 0:
-                    self.export(self.run_dir / "policy.onnx")
+            with stop_on_signals(stop):
+                while self.step < cfg.total_steps and not stop.is_set():
+                    metrics = self.env_step()
+                    bar.update(1)
+                    if "train/episode_return" in metrics:
+                        last_ret = float(metrics["train/episode_return"])
+                        logger.scalars(self.step, {k: metrics.pop(k) for k in
+                                                   ("train/episode_return", "train/episode_length")})
+                    if self.step - last_log >= 1000 or self.step == cfg.total_steps:
+                        now = time.perf_counter()
+                        sps = (self.step - last_log) / max(now - last_log_t, 1e-9)
+                        logger.scalars(self.step, {**metrics, "perf/steps_per_sec": sps})
+                        last_log, last_log_t = self.step, now
+                        bar.set_postfix(ret=f"{last_ret:.0f}", sps=f"{sps:.0f}")
+                    if cfg.eval_every and self.step % cfg.eval_every == 0:
+                        self._log_eval(logger, bar)
+                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                        self.save()
+                    if cfg.export_every and self.step % cfg.export_every == 0:
+                        self.export(self.run_dir / "policy.onnx")
         finally:
             bar.close()
+        if stop.is_set() and self.step < cfg.total_steps:
+            self.save()
+            self.export(self.run_dir / "policy.onnx")
+            logger.close()
+            raise TrainingInterrupted(self.step, self.checkpoint_path)
         mean, std = self._last_eval if self._last_eval_step == self.step else self._log_eval(logger, None)
         self.save()
         policy_path = self.export(self.run_dir / "policy.onnx")
@@ -247,3 +269,12 @@ class DirectTrainer:
 
 def train_direct(cfg: RunConfig, resume: bool = True) -> TrainResult:
     return DirectTrainer(cfg).train(resume=resume)
+
+
+def exit_status(main: Callable[[], int | None], name: str) -> int:
+    """`main()`'s status for a script that trains: a signal gives one line on stderr and 130."""
+    try:
+        return main() or 0
+    except TrainingInterrupted as exc:
+        print(f"{name}: interrupted: {exc}", file=sys.stderr)
+        return 130
