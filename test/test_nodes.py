@@ -184,3 +184,28 @@ def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain
     assert steps > actions  # 100 Hz sim, 50 Hz commands: the newest command is held in between
     np.testing.assert_allclose(applied, [0.5], rtol=1e-6)  # 0.25 in [-1, 1] units of [-2, 2]
     assert abs(angle) > 1e-3  # the motor turned the pole
+
+
+def test_bridge_survives_a_diverging_simulation(tmp_path, ros_domain_id):
+    """A model that blows up under the actor's command: each such step ends its episode, is counted
+    and logged, and the bridge goes on stepping (MuJoCo resets the state; nothing is published as a
+    transition to the reset state)."""
+    model = tmp_path / "unstable.xml"
+    model.write_text(MJCF.replace('<motor joint="hinge"', '<motor joint="hinge" gear="1e12"'))
+    policy = export_policy(Linear([0.0, 0.0], bias=0.25, obs_dim=2), tmp_path / "p.onnx", action_low=-2.0,
+                           action_high=2.0, metadata={"env_id": str(model)})
+    specs = [
+        NodeSpec("sim_bridge", "sim_bridge", parameters={
+            "env_id": str(model), "mode": "realtime", "rate_hz": 100.0, "publish_replay": False}),
+        NodeSpec("actor", "actor", parameters={
+            "mode": "deploy", "model": str(policy), "subscribe_policy": False, "joints": ["hinge"],
+            "observation_topic": "/joint_states", "rate_hz": 50.0, "command_qos": "reliable"}),
+    ]
+    with GraphRunner(specs, ros_domain_id) as graph:
+        bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
+        assert graph.spin_until(lambda: bridge.diverged >= 20, timeout_s=15.0)
+        steps_then = bridge.steps
+        assert graph.spin_until(lambda: bridge.steps > steps_then + 20, timeout_s=5.0)
+        assert actor.actions > 0
+    assert bridge.episodes >= bridge.diverged >= 20
+    assert np.all(np.isfinite(bridge.obs))

@@ -119,6 +119,7 @@ class SimBridge(FinishableNode):
 
         # counters: `sent` transitions produced (queued or published), `acked` consumed by the learner
         self.steps = 0  # env steps taken by this bridge process
+        self.diverged = 0  # steps where the simulation blew up (their transitions are dropped)
         self.sent = 0
         self.acked = 0
         self.learner_transitions = 0
@@ -303,7 +304,10 @@ class SimBridge(FinishableNode):
     # ------------------------------------------------------------------ stepping
     def _step(self, action: np.ndarray, republished: bool = False) -> None:
         a = np.clip(action, self.low, self.high)
-        next_obs, reward, term, trunc, _ = self.env.step(a)
+        next_obs, reward, term, trunc, info = self.env.step(a)
+        if info.get("diverged"):
+            self._diverged()
+            return
         if self.replay_pub is not None:
             self._pending.append(np.concatenate([self.obs, a, next_obs, [reward, term, trunc]])
                                  .astype(np.float32))
@@ -319,6 +323,17 @@ class SimBridge(FinishableNode):
             self._publish_joint_states()
         if len(self._pending) >= self.replay_batch:
             self._flush()
+
+    def _diverged(self) -> None:
+        """The simulation blew up on this step: no transition, the episode ends, the sim resets."""
+        self.steps += 1
+        self.diverged += 1
+        self.get_logger().warning(
+            f"the simulation diverged (NaN, inf or huge state; {self.diverged} so far): episode ended "
+            f"after {self.episode_len + 1} steps, that step's transition dropped", throttle_duration_sec=5.0)
+        self._end_episode()
+        if self.joint_pub is not None:
+            self._publish_joint_states()
 
     def _end_episode(self) -> None:
         self.episodes += 1

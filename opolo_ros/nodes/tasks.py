@@ -14,7 +14,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from opolo_ros.sim.envs import TimeFeature, make_env
+from opolo_ros.sim.envs import DivergenceGuard, TimeFeature, make_env
 
 DEFAULT_MJCF_STEPS = 1000
 
@@ -117,6 +117,7 @@ def make_task_env(env_id: str, seed: int | None = None, time_feature: bool = Fal
         env: gym.Env = gym.wrappers.TimeLimit(MjcfEnv(env_id), max_episode_steps=steps)
         if time_feature:
             env = TimeFeature(env, max_steps=steps)
+        env = DivergenceGuard(env)
         if seed is not None:
             env.reset(seed=seed)
             env.action_space.seed(seed)

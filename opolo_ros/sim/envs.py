@@ -2,10 +2,43 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import gymnasium as gym
+import mujoco
 import numpy as np
+
+# MuJoCo's own divergence checks: on NaN, inf or huge qpos / qvel / qacc it warns and resets mjData.
+_DIVERGENCE_WARNINGS = tuple(int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS,
+                                              mujoco.mjtWarning.mjWARN_BADQVEL,
+                                              mujoco.mjtWarning.mjWARN_BADQACC))
+
+
+def _divergence_count(env: gym.Env) -> int:
+    data = getattr(env.unwrapped, "data", None)
+    if not isinstance(data, mujoco.MjData):
+        return 0
+    return sum(int(data.warning[w].number) for w in _DIVERGENCE_WARNINGS)
+
+
+class DivergenceGuard(gym.Wrapper):
+    """Ends the episode at a step where the simulation diverged, with ``info["diverged"] = True``.
+
+    MuJoCo resets its state by itself when the state blows up (an unstable model, a huge actuator
+    gain), so without this the step would pass as an ordinary transition to the reset state, and the
+    episode would go on from there; other envs may return NaN or inf. Such a step is reported as
+    truncated; its transition is not a real one and callers drop it (sim_bridge, the direct loop).
+    """
+
+    def step(self, action):  # type: ignore[override]
+        before = _divergence_count(self.env)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        finite = bool(np.all(np.isfinite(obs))) and math.isfinite(float(reward))
+        if not finite or _divergence_count(self.env) != before:
+            info = {**info, "diverged": True}
+            truncated = True
+        return obs, reward, terminated, truncated, info
 
 
 class TimeFeature(gym.ObservationWrapper):
@@ -51,6 +84,7 @@ def make_env(env_id: str, seed: int | None = None, time_feature: bool = False, *
         raise ValueError(f"environment '{env_id}' has a non-continuous action space")
     if time_feature:
         env = TimeFeature(env)
+    env = DivergenceGuard(env)
     if seed is not None:
         env.reset(seed=seed)
         env.action_space.seed(seed)

@@ -174,8 +174,9 @@ class DirectTrainer:
 
     def env_step(self) -> dict[str, torch.Tensor]:
         action = self.select_action()
-        next_obs, reward, term, trunc, _ = self.env.step(self.scaler.to_env(action))
-        self.runner.replay.add(self.obs, action, next_obs, reward, term, trunc)
+        next_obs, reward, term, trunc, info = self.env.step(self.scaler.to_env(action))
+        if not info.get("diverged"):  # a blown-up sim's step is no transition (DivergenceGuard)
+            self.runner.replay.add(self.obs, action, next_obs, reward, term, trunc)
         self.step += 1
         self.episode_return += float(reward)
         self.episode_len += 1

@@ -1,0 +1,83 @@
+"""Environment wrappers: a simulation that blows up ends its episode instead of passing as a transition."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from opolo_ros.nodes.tasks import make_task_env
+from opolo_ros.sim.envs import DivergenceGuard, make_env
+
+PENDULUM = """<mujoco>
+  <option timestep="0.01"/>
+  <worldbody>
+    <body>
+      <joint name="hinge" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 0.5" size="0.05" mass="1"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="hinge" gear="{gear}" ctrlrange="-2 2" ctrllimited="true"/></actuator>
+</mujoco>
+"""
+
+
+def mjcf(tmp_path, gear: float) -> str:
+    path = tmp_path / f"pendulum_{gear:g}.xml"
+    path.write_text(PENDULUM.format(gear=gear))
+    return str(path)
+
+
+def test_a_stable_model_steps_normally(tmp_path):
+    env = make_task_env(mjcf(tmp_path, 1.0), seed=0)
+    env.reset(seed=0)
+    for _ in range(50):
+        obs, _, _, truncated, info = env.step(np.array([2.0]))
+        assert "diverged" not in info and not truncated
+    assert abs(obs[0]) > 1e-3  # the motor moved the pole
+
+
+def test_mujoco_reset_on_a_blow_up_is_reported(tmp_path):
+    """A 1e12 gear makes qacc huge: MuJoCo resets mjData by itself (warning BADQACC)."""
+    env = make_task_env(mjcf(tmp_path, 1e12), seed=0)
+    env.reset(seed=0)
+    _, _, terminated, truncated, info = env.step(np.array([2.0]))
+    assert info.get("diverged") is True and truncated and not terminated
+    env.reset(seed=1)  # and the env is usable after a reset
+    assert env.step(np.array([0.0]))[4].get("diverged") is None
+
+
+class NaNEnv(gym.Env):
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(2), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.array([np.nan if self.t == 3 else 0.0, 0.0])
+        return obs, (np.inf if self.t == 5 else 1.0), False, False, {}
+
+
+def test_non_finite_observation_or_reward_is_reported():
+    env = DivergenceGuard(NaNEnv())
+    env.reset()
+    flags = [env.step(np.zeros(1))[4].get("diverged", False) for _ in range(6)]
+    assert flags == [False, False, True, False, True, False]
+
+
+@pytest.mark.parametrize("env_id", ["InvertedPendulum-v5", "Hopper-v5"])
+def test_gymnasium_tasks_are_guarded_and_unaffected(env_id):
+    env = make_env(env_id, seed=0, time_feature=True)
+    assert isinstance(env, DivergenceGuard)
+    env.reset(seed=0)
+    for _ in range(20):
+        _, _, terminated, truncated, info = env.step(env.action_space.sample())
+        assert "diverged" not in info
+        if terminated or truncated:
+            env.reset()
