@@ -520,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="opolo_latency_") as tmp, runtime.ros_context(args=[]) as ctx:
         workdir = Path(tmp)
         if args.driver_priority:
-            from opolo_ros.nodes.actor import tune_process
+            from opolo_ros.nodes.actor_runtime import tune_process
 
             tune_process([], args.driver_priority)  # after init: the DDS threads exist
         try:

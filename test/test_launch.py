@@ -42,9 +42,13 @@ def calls(tree: ast.AST, name: str) -> list[ast.Call]:
 
 
 def module_parameters(module: str) -> set[str]:
-    """The keys of a node module's PARAMETERS table, read with ast."""
+    """The keys of a node module's PARAMETERS table, read with ast (in the module it is imported
+    from, when the node module imports it)."""
     tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
     for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(a.name == "PARAMETERS" and a.asname is None
+                                                    for a in node.names):
+            return module_parameters(node.module)
         target = node.target if isinstance(node, ast.AnnAssign) else \
             (node.targets[0] if isinstance(node, ast.Assign) else None)
         if getattr(target, "id", None) == "PARAMETERS":

@@ -66,8 +66,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -77,163 +76,29 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8MultiArray
 
-from opolo_ros.export.onnx_policy import BoundPolicy, OnnxPolicy, PolicyLoadError, load_policy
+from opolo_ros.export.onnx_policy import PolicyLoadError
+from opolo_ros.nodes.actor_params import (
+    MODES,
+    PARAMETERS,
+    QOS_CHOICES,
+    SPIN_MODES,
+    action_limits,
+    vector_parameter,
+)
+from opolo_ros.nodes.actor_runtime import CommandBuffer, LoadedPolicy, tune_process
 from opolo_ros.nodes.common import EXECUTORS, FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
-from opolo_ros.sim.actions import ActionScaler
 
 POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
 COUNTER_QOS = POLICY_VERSION_QOS  # a late `ros2 topic echo` sees the current count
 RELIABLE_DEFAULT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # rclpy's default
-MODES = ("train", "deploy")
-QOS_CHOICES = ("best_effort", "reliable")
-SPIN_MODES = ("block", "poll")
 SEED_OFFSET = 3  # the direct loop's action generator is default_rng(seed + 3)
 LOG_THROTTLE_S = 5.0
 SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
 SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
-
-
-@dataclass(frozen=True)
-class LoadedPolicy:
-    """A ready-to-run model with its action bounds: swapped in as one object."""
-
-    policy: OnnxPolicy
-    runner: BoundPolicy  # preallocated single-observation inference
-    scaler: ActionScaler  # the model's action bounds
-    version: int
-    origin: str
-    bounds: tuple[np.ndarray, np.ndarray] | None = None  # deploy clamp (float64), set on install
-
-    @classmethod
-    def load(cls, source: bytes | str, version: int | None, obs_dim: int | None,
-             act_dim: int | None, safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
-        """Load, check and warm up a model; `safe_point()` is called before each GIL-heavy step."""
-        safe_point()
-        policy = load_policy(source, expected_obs_dim=obs_dim, expected_act_dim=act_dim)
-        safe_point()
-        policy.warmup()
-        meta = policy.metadata
-        return cls(policy, policy.bind(), ActionScaler(meta.action_low, meta.action_high),
-                   meta.version if version is None else version, policy.origin)
-
-    def run(self, obs: np.ndarray) -> np.ndarray:
-        """pi(obs) in environment units (float32 view, overwritten by the next call)."""
-        return self.runner(obs)
-
-    @property
-    def act_dim(self) -> int:
-        return self.policy.metadata.act_dim
-
-    @property
-    def low(self) -> np.ndarray:
-        return self.scaler.low
-
-    @property
-    def high(self) -> np.ndarray:
-        return self.scaler.high
-
-
-class CommandBuffer:
-    """The deploy command message, allocated once and refilled in place for every command.
-
-    ``publish`` serialises synchronously, so the same message can be refilled for the next
-    command; ``values`` is a float64 view of its data. With `echo`, the layout carries the
-    observation's sequence tag (see :mod:`opolo_ros.ros.latency`).
-    """
-
-    def __init__(self, act_dim: int, echo: bool) -> None:
-        self.msg = m.action_to_msg(np.zeros(act_dim))
-        self.values = np.frombuffer(self.msg.data, dtype=np.float64)
-        self.previous = np.zeros(act_dim)  # the last command, for the rate limit
-        self.previous_time: float | None = None
-        self.echo = latency.SequenceEcho(self.msg) if echo else None
-
-    def remember(self, now: float) -> None:
-        """Keep the command just written as the rate limit's reference."""
-        self.previous[:] = self.values
-        self.previous_time = now
-
-
-PARAMETERS: dict[str, tuple] = {
-    "mode": ("train", "train: warm-up random actions then Gaussian exploration noise; "
-                      "deploy: deterministic, clamped, rate limited, watchdog"),
-    "model": ("", "ONNX policy file to start with; empty = wait for one on policy_topic"),
-    "watch_model": (False, "reload `model` when the file changes"),
-    "subscribe_policy": (True, "hot-swap policies published on policy_topic"),
-    "policy_topic": ("/opolo/policy", "ONNX policy bytes + version (std_msgs/UInt8MultiArray)"),
-    "policy_version_topic": ("policy_version", "announces the active policy version "
-                                               "(std_msgs/Int64)"),
-    "obs_dim": (0, "expected observation size; 0 = take it from the first model"),
-    "act_dim": (0, "expected action size; 0 = take it from the first model"),
-    "seed": (0, "seed of the exploration noise and warm-up actions (train mode)"),
-    "warmup_steps": (0, "train mode: observations answered with uniform random actions"),
-    "exploration_noise": (0.1, "train mode: std of the Gaussian noise in [-1, 1] action units"),
-    "swap_delay": (-1, "train mode: -1 = use a new policy as soon as it is loaded; n >= 0 = "
-                       "policy version V serves observations from step V + n on (lock-step "
-                       "reproducibility; set to the sim bridge's max_ahead)"),
-    "observation_topic": ("observation", "observation topic (Float32MultiArray, or JointState "
-                                         "when `joints` is set)"),
-    "action_topic": ("action", "command topic (std_msgs/Float64MultiArray, environment units)"),
-    "observation_qos": ("best_effort", "observation subscription: best_effort (keep last 1, the "
-                                       "contract; JointState: the sensor-data preset) or reliable "
-                                       "(keep last 10, rclpy's default)"),
-    "command_qos": ("best_effort", "best_effort (the contract's action QoS) or reliable "
-                                   "(what ros2_control's forward_command_controller requires)"),
-    "joints": ([""], "JointState input: joint names in the policy's order; [''] = array input"),
-    "joint_fields": (["position", "velocity"], "JointState fields concatenated per joint list"),
-    "rate_hz": (0.0, "publish at this fixed rate from the newest observation; 0 = per observation"),
-    "observation_timeout_s": (0.5, "observations older than this are stale: no policy command; "
-                                   "deploy: the watchdog publishes safe_command"),
-    "safe_command": ([0.0], "deploy watchdog: the command while observations are stale "
-                            "(environment units): act_dim values, or one for every joint"),
-    "watchdog_rate_hz": (50.0, "deploy with rate_hz 0: how often the watchdog checks for stale "
-                               "observations and repeats the safe command; 0 = no watchdog"),
-    "rejected_topic": ("~/rejected_observations", "count of observations dropped as non-finite or "
-                                                  "of the wrong length (std_msgs/Int64); '' = none"),
-    "action_low": ([0.0], "deploy safety limits (lower); [] or [0.0] with action_high [0.0] = "
-                          "the model's bounds"),
-    "action_high": ([0.0], "deploy safety limits (upper)"),
-    "max_action_rate": (0.0, "deploy: largest change of any command per second; 0 = unlimited"),
-    "executor": ("events", "executor of the actor's own process: events (rclpy EventsExecutor) "
-                           "or single (SingleThreadedExecutor)"),
-    "spin": ("block", "block: sleep until an event (no CPU while idle); poll: never sleep (one core "
-                      "at 100 %, no wake-up latency, caches stay warm; with cpu_affinity on a core "
-                      "of its own)"),
-    "gc_freeze": (True, "deploy: gc.freeze() after start-up, so a collection skips every start-up "
-                        "object (a full one: 11 ms -> 2 us measured)"),
-    "cpu_affinity": ([], "CPU ids to pin every thread of the process to (os.sched_setaffinity); "
-                         "[] = no pinning"),
-    "sched_priority": (0, "SCHED_FIFO real-time priority (1-99) for every thread of the process "
-                          "(needs CAP_SYS_NICE or an rtprio limit); 0 = the normal scheduler"),
-    "load_at_safe_points": (True, "loader thread: start each GIL-holding step of a policy load "
-                                  "(session creation ~1 ms) right after a control step; false = "
-                                  "at once"),
-    "stats_file": ("", "write control-path statistics (inference and callback time percentiles, "
-                       "GC pauses, counters) as JSON to this file on exit; '' = none"),
-    "echo_sequence": (False, "benchmarks: copy an observation's ('seq', n, 0) layout dim into the "
-                             "command's layout (bench/latency.py)"),
-}
-
-
-def tune_process(cpus: list[int], priority: int) -> None:
-    """Pin every thread of this process (DDS threads included) to `cpus` and/or give them the
-    SCHED_FIFO `priority`; threads started later inherit both."""
-    for tid in (int(t) for t in os.listdir("/proc/self/task")):
-        try:
-            if cpus:
-                os.sched_setaffinity(tid, cpus)
-            if priority:  # child processes start with the normal scheduler again
-                os.sched_setscheduler(tid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
-                                      os.sched_param(priority))
-        except ProcessLookupError:  # a thread that just ended
-            continue
-        except PermissionError as err:
-            raise ParameterError(f"sched_priority {priority}: not permitted ({err.strerror}); "
-                                 "needs CAP_SYS_NICE or an rtprio limit") from None
 
 
 class Actor(FinishableNode):
@@ -321,32 +186,13 @@ class Actor(FinishableNode):
         self.stats_file = p["stats_file"]
         self.echo = p["echo_sequence"]
         self._safe_point = self._wait_for_safe_point if p["load_at_safe_points"] else lambda: None
-        self.limits = self._limits(p["action_low"], p["action_high"])
-        self.safe = self._vector_parameter("safe_command", p["safe_command"])
+        self.limits = action_limits(p["action_low"], p["action_high"])
+        self.safe = vector_parameter("safe_command", p["safe_command"])
         if not all(isinstance(c, int) and c >= 0 for c in p["cpu_affinity"]):
             raise ParameterError(f"parameter 'cpu_affinity' must list CPU ids, got {p['cpu_affinity']}")
         if not 0 <= p["sched_priority"] <= 99:
             raise ParameterError(f"parameter 'sched_priority' must be in [0, 99], got {p['sched_priority']}")
         return p
-
-    @staticmethod
-    def _vector_parameter(name: str, values: list) -> np.ndarray:
-        try:
-            x = np.asarray(values, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ParameterError(f"parameter '{name}' must be a list of numbers, got {values!r}") from None
-        if x.ndim != 1 or not np.isfinite(x).all():
-            raise ParameterError(f"parameter '{name}' must be a list of finite numbers, got {values!r}")
-        return x
-
-    def _limits(self, low_values: list, high_values: list) -> tuple[np.ndarray, np.ndarray] | None:
-        low = self._vector_parameter("action_low", low_values)
-        high = self._vector_parameter("action_high", high_values)
-        if low.shape != high.shape or low.size == 0 or np.all(low == high):
-            return None
-        if np.any(low > high):
-            raise ParameterError(f"action_low {low.tolist()} exceeds action_high {high.tolist()}")
-        return low, high
 
     def _create_entities(self, p: dict[str, Any]) -> None:
         command_qos = COMMAND_QOS if p["command_qos"] == "reliable" else ACTION_QOS
