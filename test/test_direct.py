@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from opolo_ros.algo.config import load_run_config
+from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, save_npz
 from opolo_ros.export.onnx_policy import load_policy
 from opolo_ros.train.direct import DirectTrainer, TrainingInterrupted
@@ -136,4 +137,36 @@ def test_sigterm_checkpoints_and_the_same_run_resumes(tmp_path, demos):
     resumed = DirectTrainer(small_cfg(tmp_path, demos, total_steps=stopped + 30))
     result = resumed.train()
     assert result.env_steps == stopped + 30  # continued from the checkpoint, not from 0
-    assert resumed.learner.critic_steps == trainer.learner.critic_steps + 30
+    assert resumed.learner.critic_steps >= trainer.learner.critic_steps + 30
+
+
+def test_stop_inside_an_update_burst_resumes_to_the_uninterrupted_run(tmp_path, demos):
+    """Stopped between two updates of step 100's plan (which is also an evaluation step): the
+    resumed run runs the rest of the plan and the evaluation, and ends bit-identical."""
+    extra = {"total_steps": 160, "eval_every": 100}
+    plain = DirectTrainer(small_cfg(tmp_path / "a", demos, **extra))
+    plain.train()
+    stopped = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
+    run, updates = stopped.runner.run, []
+
+    def run_and_stop_after_two(plan):
+        out = run(plan)
+        if stopped.step == 100:
+            updates.append(plan)
+            if len(updates) == 2:
+                stopped.stop.set()
+        return out
+
+    stopped.runner.run = run_and_stop_after_two
+    with pytest.raises(TrainingInterrupted):
+        stopped.train()
+    # step 100's plan: 2 D, 3 P_I, 5 critic updates; stopped after the two D updates
+    assert stopped.step == 100 and stopped.pending == Plan(inverse=3, critic=5)
+    assert not (tmp_path / "b" / "run_opolo" / "eval.csv").exists()  # step 100's evaluation is due
+    resumed = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
+    resumed.train()
+    for x, y in zip(params(plain), params(resumed)):
+        assert torch.equal(x, y)
+    assert resumed.learner.critic_steps == plain.learner.critic_steps
+    evals = (tmp_path / "b" / "run_opolo" / "eval.csv").read_text().splitlines()[1:]
+    assert [row.split(",")[0] for row in evals] == ["100", "160"]

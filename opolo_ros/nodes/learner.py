@@ -117,7 +117,6 @@ PARAMETERS: dict[str, tuple] = {
 
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
-PLAN_KINDS = tuple(f.name for f in dataclasses.fields(Plan))  # in the order UpdateRunner runs them
 LOG_THROTTLE_S = 1.0
 
 
@@ -408,16 +407,13 @@ class Learner(FinishableNode):
         return self._periodic() if self._periodic_due else True
 
     def _run_plan(self) -> bool:
-        """Run ``_pending`` one update at a time (the same updates, in the same order, as
-        ``UpdateRunner.run(plan)``), so that a stop request is honoured between two updates."""
-        for kind in PLAN_KINDS:
-            while getattr(self._pending, kind):
-                if self._stop.is_set():
-                    return False
-                self._metrics.update(self.runner.run(Plan(**{kind: 1})))
-                self._pending = dataclasses.replace(self._pending, **{kind: getattr(self._pending, kind) - 1})
-        self._pending = None
-        return True
+        """Run ``_pending``, honouring a stop request between two updates (what is left stays)."""
+        metrics, self._pending = self.runner.run_until_stopped(self._pending, self._stop, self._set_pending)
+        self._metrics.update(metrics)
+        return self._pending is None
+
+    def _set_pending(self, rest: Plan) -> None:
+        self._pending = rest  # readable from other threads while a burst runs
 
     def _track_episode(self, source: int, reward: float, episode_end: bool) -> None:
         ret, length = self.episode_stats.get(source, (0.0, 0))

@@ -3,12 +3,14 @@
 It is the yardstick the ROS graph is held to. Seedable (one seed sets Python, NumPy, torch and the
 env), resumable from the run folder's checkpoint (learner, optimisers, normalisers, replay, RNGs and
 the env's physics state), with a progress bar, TensorBoard scalars and a final evaluation.
-SIGINT/SIGTERM stop it after the current env step (and its update burst): a checkpoint and the
-policy are written and `TrainingInterrupted` is raised; running it again resumes there.
+SIGINT/SIGTERM stop it between two gradient updates (inside an update burst too): a checkpoint
+with the updates still due and the policy are written and `TrainingInterrupted` is raised; running
+it again resumes there, with the same updates as an uninterrupted run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sys
@@ -24,6 +26,7 @@ import yaml
 from tqdm import tqdm
 
 from opolo_ros.algo.config import RunConfig, to_dict
+from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy
@@ -127,6 +130,8 @@ class DirectTrainer:
         self._t0 = time.perf_counter()
         self._last_eval, self._last_eval_step = (math.nan, math.nan), -1
         self.best_return = -math.inf
+        self.stop = threading.Event()  # set by SIGINT/SIGTERM during `train`
+        self.pending: Plan | None = None  # updates of this step's plan not run yet (a stop came)
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -141,6 +146,7 @@ class DirectTrainer:
             "episode": (self.episode_return, self.episode_len, self.episodes_done),
             "random_return": self.random_return, "wall": self.wall_offset + self._elapsed(),
             "best_return": self.best_return,
+            "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
         })
 
     def restore(self, path: Path | None = None) -> None:
@@ -158,6 +164,7 @@ class DirectTrainer:
         self.random_return = state["random_return"]
         self.wall_offset = state["wall"]
         self.best_return = state.get("best_return", -math.inf)
+        self.pending = Plan(**state["pending"]) if state.get("pending") else None
 
     # ------------------------------------------------------------------ loop
     def _elapsed(self) -> float:
@@ -181,7 +188,7 @@ class DirectTrainer:
         self.episode_return += float(reward)
         self.episode_len += 1
         self.obs = next_obs
-        metrics = self.runner.run(self.schedule.plan(self.step))
+        metrics, self.pending = self.runner.run_until_stopped(self.schedule.plan(self.step), self.stop)
         if term or trunc:
             metrics["train/episode_return"] = torch.tensor(self.episode_return)
             metrics["train/episode_length"] = torch.tensor(float(self.episode_len))
@@ -216,31 +223,31 @@ class DirectTrainer:
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
         last_log, last_log_t, last_ret = self.step, time.perf_counter(), math.nan
-        stop = threading.Event()
         try:
-            with stop_on_signals(stop):
-                while self.step < cfg.total_steps and not stop.is_set():
+            with stop_on_signals(self.stop):
+                if self.pending is not None:  # stopped inside a step's updates: finish that step
+                    _, self.pending = self.runner.run_until_stopped(self.pending, self.stop)
+                    if self.pending is None:
+                        self._periodic(logger, bar)
+                while self.step < cfg.total_steps and not self.stop.is_set():
                     metrics = self.env_step()
                     bar.update(1)
                     if "train/episode_return" in metrics:
                         last_ret = float(metrics["train/episode_return"])
                         logger.scalars(self.step, {k: metrics.pop(k) for k in
                                                    ("train/episode_return", "train/episode_length")})
+                    if self.pending is not None:
+                        break  # the rest of this step's updates, and its periodic work, on resume
                     if self.step - last_log >= 1000 or self.step == cfg.total_steps:
                         now = time.perf_counter()
                         sps = (self.step - last_log) / max(now - last_log_t, 1e-9)
                         logger.scalars(self.step, {**metrics, "perf/steps_per_sec": sps})
                         last_log, last_log_t = self.step, now
                         bar.set_postfix(ret=f"{last_ret:.0f}", sps=f"{sps:.0f}")
-                    if cfg.eval_every and self.step % cfg.eval_every == 0:
-                        self._log_eval(logger, bar)
-                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                        self.save()
-                    if cfg.export_every and self.step % cfg.export_every == 0:
-                        self.export(self.run_dir / "policy.onnx")
+                    self._periodic(logger, bar)
         finally:
             bar.close()
-        if stop.is_set() and self.step < cfg.total_steps:
+        if self.stop.is_set() and (self.step < cfg.total_steps or self.pending is not None):
             self.save()
             self.export(self.run_dir / "policy.onnx")
             logger.close()
@@ -252,6 +259,16 @@ class DirectTrainer:
         return TrainResult(self.run_dir, self.step, mean, std,
                            normalised_score(mean, self.random_return, self.expert_return),
                            self.expert_return, self.random_return, policy_path)
+
+    def _periodic(self, logger: RunLogger, bar: tqdm | None) -> None:
+        """Evaluation, checkpoint and export, each when due at this step."""
+        cfg = self.cfg
+        if cfg.eval_every and self.step % cfg.eval_every == 0:
+            self._log_eval(logger, bar)
+        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            self.save()
+        if cfg.export_every and self.step % cfg.export_every == 0:
+            self.export(self.run_dir / "policy.onnx")
 
     def _log_eval(self, logger: RunLogger, bar: tqdm | None) -> tuple[float, float]:
         mean, std = self.evaluate(self.cfg.eval_episodes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import torch
@@ -31,11 +32,13 @@ class RunLogger:
         """Append one evaluation row; rows past `env_step` (left by a crashed run) are dropped first."""
         rows = self.read_evaluations(self.eval_csv)
         rows = [r for r in rows if r["env_step"] < row["env_step"]] + [row]
-        with open(self.eval_csv, "w", newline="") as f:
+        tmp = self.eval_csv.with_name(f".{self.eval_csv.name}.tmp")
+        with open(tmp, "w", newline="") as f:  # then renamed: a crash never leaves half a file
             w = csv.DictWriter(f, fieldnames=self.EVAL_FIELDS)
             w.writeheader()
             for r in rows:
-                w.writerow({k: r.get(k, "") for k in self.EVAL_FIELDS})
+                w.writerow({k: int(r[k]) if k == "env_step" else r.get(k, "") for k in self.EVAL_FIELDS})
+        os.replace(tmp, self.eval_csv)
 
     @staticmethod
     def read_evaluations(path: str | Path) -> list[dict[str, float]]:

@@ -5,6 +5,9 @@ Shared by the direct loop and the ROS learner node, so both run exactly the same
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections.abc import Callable
 from typing import TypeVar
 
 import torch
@@ -19,6 +22,7 @@ from opolo_ros.data.replay import ReplayBuffer
 
 Learner = OPOLOLearner | TD3Learner
 T = TypeVar("T", Transitions, StatePairs)
+PLAN_KINDS = tuple(f.name for f in dataclasses.fields(Plan))  # in the order UpdateRunner.run runs them
 
 
 def resolve_device(name: str) -> torch.device:
@@ -89,6 +93,23 @@ class UpdateRunner:
         for _ in range(plan.critic):
             metrics.update(learner.train_step(self._sample(), self._expert(), delay))
         return metrics
+
+    def run_until_stopped(self, plan: Plan, stop: threading.Event,
+                          on_update: Callable[[Plan], None] | None = None
+                          ) -> tuple[dict[str, torch.Tensor], Plan | None]:
+        """Run the plan one update at a time (the same updates in the same order as `run`), checking
+        `stop` before each; returns the metrics and the part of the plan not run (None: all ran).
+        `on_update(rest)` is called after each update with what is left."""
+        metrics: dict[str, torch.Tensor] = {}
+        for kind in PLAN_KINDS:
+            while getattr(plan, kind):
+                if stop.is_set():
+                    return metrics, plan
+                metrics.update(self.run(Plan(**{kind: 1})))
+                plan = dataclasses.replace(plan, **{kind: getattr(plan, kind) - 1})
+                if on_update is not None:
+                    on_update(plan)
+        return metrics, None
 
     def state_dict(self) -> dict:
         return {"learner": self.learner.state_dict(), "replay": self.replay.state_dict(),
