@@ -191,3 +191,21 @@ def test_model_without_metadata_is_refused(nets, tmp_path) -> None:
     with pytest.raises(PolicyLoadError) as exc:
         OnnxPolicy(path.read_bytes(), origin=str(path))
     assert_one_line(exc, "plain.onnx", "missing policy metadata", "env_id")
+
+
+def test_training_export_warns_instead_of_failing_on_a_check_miss(tmp_path, monkeypatch):
+    """A float32 kernel difference over the check's tolerance must not end a long training run:
+    the policy is written unchecked and a warning says so; the strict exporter still raises."""
+    torch.manual_seed(0)
+    actor = Actor(4, 2, (8,))
+    kwargs = {"action_low": -1.0, "action_high": 1.0, "metadata": {"env_id": "Test-v0"}}
+    monkeypatch.setattr(onnx_policy, "VERIFY_TOL", -1.0)  # every comparison misses
+    with pytest.raises(onnx_policy.PolicyExportError):
+        onnx_policy.export_policy(actor, tmp_path / "strict.onnx", **kwargs)
+    assert not (tmp_path / "strict.onnx").exists()
+    warnings_seen: list[str] = []
+    path = onnx_policy.export_policy_or_warn(actor, tmp_path / "p.onnx", warnings_seen.append, **kwargs)
+    assert len(warnings_seen) == 1 and "exported unchecked" in warnings_seen[0]
+    obs = np.zeros((1, 4), np.float32)
+    expected = actor(torch.from_numpy(obs)).detach().numpy()
+    np.testing.assert_allclose(onnx_policy.load_policy(path)(obs), expected, atol=1e-5)

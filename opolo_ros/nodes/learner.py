@@ -67,7 +67,7 @@ from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, ExpertDataset
 from opolo_ros.data.journal import JournalRecord, ReplayJournal
 from opolo_ros.data.replay import ReplayBuffer
-from opolo_ros.export.onnx_policy import PolicyExportError, export_policy
+from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.nodes.common import (
     FinishableNode,
     ParameterError,
@@ -475,11 +475,7 @@ class Learner(FinishableNode):
                   "metadata": {"env_id": self.cfg.env_id, "training_step": self.learner.critic_steps,
                                "version": self.step, "source": f"opolo_ros learner {self.cfg.algo}",
                                "time_feature": int(self.cfg.time_feature)}}
-        try:
-            return export_policy(self.learner.actor, path, **kwargs)
-        except PolicyExportError as err:
-            self.get_logger().warning(f"{err}; exporting version {self.step} unchecked")
-            return export_policy(self.learner.actor, path, verify=False, **kwargs)
+        return export_policy_or_warn(self.learner.actor, path, self.get_logger().warning, **kwargs)
 
     def _publish_policy(self) -> None:
         path = self.export(self.policy_path)

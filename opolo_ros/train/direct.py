@@ -29,7 +29,7 @@ from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes
 from opolo_ros.data.replay import ReplayBuffer
-from opolo_ros.export.onnx_policy import export_policy
+from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
@@ -203,12 +203,16 @@ class DirectTrainer:
         return float(returns.mean()), float(returns.std())
 
     def export(self, path: Path) -> Path:
-        return export_policy(self.learner.actor, path, action_low=self.scaler.low,
-                             action_high=self.scaler.high,
-                             metadata={"env_id": self.cfg.env_id, "training_step": self.step,
-                                       "version": self.step, "seed": self.cfg.seed,
-                                       "source": f"opolo_ros direct {self.cfg.algo}",
-                                       "time_feature": int(self.cfg.time_feature)})
+        return export_policy_or_warn(self.learner.actor, path, self._warn, action_low=self.scaler.low,
+                                     action_high=self.scaler.high,
+                                     metadata={"env_id": self.cfg.env_id, "training_step": self.step,
+                                               "version": self.step, "seed": self.cfg.seed,
+                                               "source": f"opolo_ros direct {self.cfg.algo}",
+                                               "time_feature": int(self.cfg.time_feature)})
+
+    @staticmethod
+    def _warn(text: str) -> None:
+        tqdm.write(f"warning: {text}", file=sys.stderr)
 
     def train(self, resume: bool = True) -> TrainResult:
         cfg = self.cfg
