@@ -155,23 +155,28 @@ MJCF = """<mujoco>
 """
 
 
-def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain_id):
-    """Any MJCF file, stepped on a wall-clock timer; a deploy actor reads /joint_states at 50 Hz.
-
-    The sim runs at 100 Hz and holds the newest command between two (zero-order hold).
-    """
-    model = tmp_path / "pendulum.xml"
-    model.write_text(MJCF)
+def realtime_mjcf_graph(tmp_path: Path, mjcf: str) -> list[NodeSpec]:
+    """A real-time bridge on the MJCF at 100 Hz and a deploy actor on /joint_states at 50 Hz whose
+    policy always commands 0.25 (in [-1, 1] units of the motor's [-2, 2] range)."""
+    model = tmp_path / "model.xml"
+    model.write_text(mjcf)
     policy = export_policy(Linear([0.0, 0.0], bias=0.25, obs_dim=2), tmp_path / "p.onnx", action_low=-2.0,
                            action_high=2.0, metadata={"env_id": str(model)})
-    specs = [
+    return [
         NodeSpec("sim_bridge", "sim_bridge", parameters={
             "env_id": str(model), "mode": "realtime", "rate_hz": 100.0, "publish_replay": False}),
         NodeSpec("actor", "actor", parameters={
             "mode": "deploy", "model": str(policy), "subscribe_policy": False, "joints": ["hinge"],
             "observation_topic": "/joint_states", "rate_hz": 50.0, "command_qos": "reliable"}),
     ]
-    with GraphRunner(specs, ros_domain_id) as graph:
+
+
+def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain_id):
+    """Any MJCF file, stepped on a wall-clock timer; a deploy actor reads /joint_states at 50 Hz.
+
+    The sim runs at 100 Hz and holds the newest command between two (zero-order hold).
+    """
+    with GraphRunner(realtime_mjcf_graph(tmp_path, MJCF), ros_domain_id) as graph:
         bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
         start = time.monotonic()
         assert graph.spin_until(lambda: time.monotonic() - start > 2.0 and actor.actions > 20, timeout_s=10.0)
@@ -190,18 +195,8 @@ def test_bridge_survives_a_diverging_simulation(tmp_path, ros_domain_id):
     """A model that blows up under the actor's command: each such step ends its episode, is counted
     and logged, and the bridge goes on stepping (MuJoCo resets the state; nothing is published as a
     transition to the reset state)."""
-    model = tmp_path / "unstable.xml"
-    model.write_text(MJCF.replace('<motor joint="hinge"', '<motor joint="hinge" gear="1e12"'))
-    policy = export_policy(Linear([0.0, 0.0], bias=0.25, obs_dim=2), tmp_path / "p.onnx", action_low=-2.0,
-                           action_high=2.0, metadata={"env_id": str(model)})
-    specs = [
-        NodeSpec("sim_bridge", "sim_bridge", parameters={
-            "env_id": str(model), "mode": "realtime", "rate_hz": 100.0, "publish_replay": False}),
-        NodeSpec("actor", "actor", parameters={
-            "mode": "deploy", "model": str(policy), "subscribe_policy": False, "joints": ["hinge"],
-            "observation_topic": "/joint_states", "rate_hz": 50.0, "command_qos": "reliable"}),
-    ]
-    with GraphRunner(specs, ros_domain_id) as graph:
+    unstable = MJCF.replace('<motor joint="hinge"', '<motor joint="hinge" gear="1e12"')
+    with GraphRunner(realtime_mjcf_graph(tmp_path, unstable), ros_domain_id) as graph:
         bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
         assert graph.spin_until(lambda: bridge.diverged >= 20, timeout_s=15.0)
         steps_then = bridge.steps
