@@ -164,6 +164,39 @@ def test_lockstep_run_is_reproducible(tmp_path, demos, ros_domain_id):
     assert not math.isnan(float(weights[0][0].sum()))
 
 
+def test_diverged_steps_keep_every_count_in_step(tmp_path, demos, ros_domain_id):
+    """A step where the simulation blows up is a void replay step: the learner counts it (its schedule
+    stays the environment's, as in the direct loop) but does not store it, and the actor, which
+    counts observations, stays in step with the bridge, so policy swaps still land on their step."""
+    tiny = [16, 16]
+    learner_cfg = {"opolo": {"net": {"hidden": tiny, "disc_hidden": tiny, "inverse_hidden": tiny}},
+                   "schedule": {"warmup_steps": 60, "inverse_pretrain_steps": 10, "disc_freq": 20,
+                                "inverse_freq": 20, "batch_size": 16}}
+    total, every = 300, 23
+    specs = sim_train(tmp_path, demos, learner_cfg, total_steps=str(total), max_ahead="15",
+                      policy_every="50", seed="5")
+    with GraphRunner(specs, ros_domain_id) as graph:
+        learner, actor, bridge = graph.nodes["learner"], graph.nodes["actor"], graph.nodes["sim_bridge"]
+        real_step, calls = bridge.env.step, [0]
+
+        def blowing_up_step(action):  # what DivergenceGuard reports for a blown-up MuJoCo state
+            obs, reward, terminated, truncated, info = real_step(action)
+            calls[0] += 1
+            if calls[0] % every:
+                return obs, reward, terminated, truncated, info
+            return np.full_like(obs, np.nan), math.nan, False, True, {**info, "diverged": True}
+
+        bridge.env.step = blowing_up_step
+        assert graph.spin_until(graph.done, timeout_s=90.0)
+        assert learner.error is None, learner.error
+        void = total // every
+        assert bridge.diverged >= void
+        assert learner.step == total and len(learner.replay) == total - void
+        assert np.isfinite(learner.replay.next_obs[:total - void].numpy()).all()
+        assert actor.steps - bridge.sent in (0, 1)  # the observation out now may be answered already
+        assert actor.actions_by_version[50] == 50  # version V serves steps V + 15 ... V + 64, as without
+
+
 def test_stopped_learner_checkpoints_and_the_graph_resumes(tmp_path, demos, ros_domain_id):
     """Stop (what SIGINT does in opolo-ros launch) -> checkpoint; a new graph continues the schedule."""
     tiny = [16, 16]

@@ -94,6 +94,29 @@ def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage):
         assert got[k].episode_return == ep.ret
 
 
+def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domain_id, ros_node):
+    """A void replay step (the bridge's sim blew up) ends no demonstration: that episode is dropped."""
+    recorder = NodeSpec("demo_recorder", "demo_recorder",
+                        parameters={"output": str(tmp_path / "bag"), "episodes": 1})
+    obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # states s0..s5; the sim resets to s3
+    diverged = m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:4], np.ones(3), np.zeros(3), np.zeros(3),
+                               seq=0, source=7, void=np.array([False, False, True]))  # s0 s1 s2 blew up
+    ended = m.replay_to_msg(obs[3:5], np.zeros((2, 1)), obs[4:6], np.ones(2), np.zeros(2),
+                            np.array([0.0, 1.0]), seq=1, source=7)  # s3 s4 s5, time limit
+    with GraphRunner([recorder], ros_domain_id) as graph:
+        node, executor = ros_node("replay_source")
+        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+        assert spin_until([executor, graph.executor], lambda: pub.get_subscription_count() > 0, 10.0)
+        pub.publish(diverged)
+        pub.publish(ended)
+        done = graph.nodes["demo_recorder"].finished.is_set
+        assert spin_until([executor, graph.executor], done, timeout_sec=10.0)
+        episodes = graph.nodes["demo_recorder"].episodes
+    assert len(episodes) == 1
+    np.testing.assert_array_equal(episodes[0].obs, obs[3:])
+    assert episodes[0].ret == 2.0
+
+
 def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node):
     """Policies arrive mid-run on /opolo/policy; a mismatched one is refused; no step is lost.
 

@@ -97,6 +97,26 @@ def test_replay_round_trip_and_layout() -> None:
     assert_replay_equal(batch, arrays, seq=41, source=m.source_id("/bridge_0"))
 
 
+def test_void_replay_steps_round_trip_and_are_strict() -> None:
+    """A void step (diverged sim) travels as terminated = -1, truncated = 1, through messages and rows."""
+    arrays = replay_arrays(n=4, obs_dim=3, act_dim=1)
+    void = np.array([False, True, False, True])
+    batch = m.msg_to_replay(m.replay_to_msg(**arrays, seq=1, source=2, void=void))
+    np.testing.assert_array_equal(batch.void, void)
+    assert batch.truncated[void].all() and not batch.terminated[void].any()
+    np.testing.assert_array_equal(batch.terminated[~void], arrays["terminated"][~void] == 1)
+    assert (batch.rows()[:, -2] == m.VOID).sum() == 2
+    again = m.ReplayBatch.from_rows(batch.rows(), 3, seq=1, source=2)  # the learner's journal
+    np.testing.assert_array_equal(again.void, void)
+    assert not m.msg_to_replay(m.replay_to_msg(**arrays, seq=1, source=2)).void.any()
+    msg = m.replay_to_msg(**arrays, seq=1, source=2, void=void)
+    data = np.array(msg.data, dtype=np.float32).reshape(4, -1)
+    data[1, -1] = 0.0  # -1 with truncated 0 is no void step: rejected
+    msg.data = data.reshape(-1).tolist()
+    with pytest.raises(m.MessageError, match="void"):
+        m.msg_to_replay(msg)
+
+
 def test_demonstration_round_trip() -> None:
     obs = RNG.standard_normal((7, 3)).astype(np.float32)
     demo = m.msg_to_demonstration(m.demonstration_to_msg(obs, 1234.5, episode=3), obs_dim=3)

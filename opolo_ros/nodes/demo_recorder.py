@@ -80,6 +80,11 @@ class DemoRecorder(FinishableNode):
         if batch.source != self._source:
             return
         for i in range(len(batch)):
+            if batch.void[i]:  # the simulation diverged: that episode is no demonstration
+                self.get_logger().warning(f"dropped the episode in progress ({len(self._states)} states): "
+                                          "the simulation diverged")
+                self._states, self._return = [], 0.0
+                continue
             if not self._states:
                 self._states.append(batch.obs[i])
             self._states.append(batch.next_obs[i])

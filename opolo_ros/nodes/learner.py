@@ -382,8 +382,9 @@ class Learner(FinishableNode):
         for i in range(start, len(batch)):
             if self.step >= cfg.total_steps or self._stop.is_set():
                 break
-            self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i],
-                            batch.terminated[i], batch.truncated[i])
+            if not batch.void[i]:  # a void step (diverged sim) counts for the schedule, is not stored
+                self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i],
+                                batch.terminated[i], batch.truncated[i])
             self.step += 1
             taken += 1
             self.acks[batch.source] = m.SourceAck(batch.seq, done + taken)

@@ -119,7 +119,7 @@ class SimBridge(FinishableNode):
 
         # counters: `sent` transitions produced (queued or published), `acked` consumed by the learner
         self.steps = 0  # env steps taken by this bridge process
-        self.diverged = 0  # steps where the simulation blew up (their transitions are dropped)
+        self.diverged = 0  # steps where the simulation blew up (sent as void replay steps)
         self.sent = 0
         self.acked = 0
         self.learner_transitions = 0
@@ -305,11 +305,13 @@ class SimBridge(FinishableNode):
     def _step(self, action: np.ndarray, republished: bool = False) -> None:
         a = np.clip(action, self.low, self.high)
         next_obs, reward, term, trunc, info = self.env.step(a)
-        if info.get("diverged"):
+        void = bool(info.get("diverged"))
+        if void:  # the step happened (it counts everywhere) but its s' and reward mean nothing
             self._diverged()
-            return
+            next_obs, reward, term, trunc = self.obs, 0.0, False, True
         if self.replay_pub is not None:
-            self._pending.append(np.concatenate([self.obs, a, next_obs, [reward, term, trunc]])
+            flag = m.VOID if void else float(term)
+            self._pending.append(np.concatenate([self.obs, a, next_obs, [reward, flag, trunc]])
                                  .astype(np.float32))
         self.sent += 1
         self.steps += 1
@@ -325,15 +327,12 @@ class SimBridge(FinishableNode):
             self._flush()
 
     def _diverged(self) -> None:
-        """The simulation blew up on this step: no transition, the episode ends, the sim resets."""
-        self.steps += 1
+        """The simulation blew up on this step: counted and logged; the step goes out as a void
+        replay step (counted by the learner, never stored), the episode ends, the sim resets."""
         self.diverged += 1
         self.get_logger().warning(
             f"the simulation diverged (NaN, inf or huge state; {self.diverged} so far): episode ended "
-            f"after {self.episode_len + 1} steps, that step's transition dropped", throttle_duration_sec=5.0)
-        self._end_episode()
-        if self.joint_pub is not None:
-            self._publish_joint_states()
+            f"after {self.episode_len + 1} steps, that step's transition is void", throttle_duration_sec=5.0)
 
     def _end_episode(self) -> None:
         self.episodes += 1
@@ -354,8 +353,9 @@ class SimBridge(FinishableNode):
         rows = np.stack(self._pending)
         self._pending.clear()
         o, a = self.obs_dim, self.act_dim
+        void = rows[:, -2] == m.VOID
         msg = m.replay_to_msg(rows[:, :o], rows[:, o:o + a], rows[:, o + a:2 * o + a], rows[:, -3],
-                              rows[:, -2], rows[:, -1], seq=self.seq, source=self.source)
+                              rows[:, -2] == 1.0, rows[:, -1], seq=self.seq, source=self.source, void=void)
         if self.flow_control:
             self._unacked.append((self.seq, msg))
         self.seq += 1

@@ -28,7 +28,11 @@ replay batch           ``Float32MultiArray``; shape dims ``[transitions(N), fiel
                        dims ``obs_dim``, ``act_dim``, ``seq`` (per-source sequence number of the
                        batch), ``source`` (publisher id, see :func:`source_id`); data = N rows of
                        ``[obs | action | next_obs | reward | terminated | truncated]``, the flags
-                       0.0/1.0. Reward is the environment reward (monitoring and TD3 only).
+                       0.0/1.0. Reward is the environment reward (monitoring and TD3 only). A
+                       *void* step (the simulation diverged: the step happened and ended the
+                       episode, but its s' is meaningless) has ``terminated = -1.0``,
+                       ``truncated = 1.0``: consumers count it, so every node's step count stays
+                       the environment's, and never store it as a transition.
 demonstration          ``Float32MultiArray``; shape dims ``[steps(T+1), obs(obs_dim)]``; metadata dim
                        ``episode`` (episode index); ``data_offset = 1``, ``data[0]`` = episode return
                        (float32, NaN when unknown); then the T+1 observations row-major. State-only:
@@ -77,6 +81,7 @@ FIELDS_LABEL = "fields"
 OBS_DIM_LABEL = "obs_dim"
 ACT_DIM_LABEL = "act_dim"
 SEQ_LABEL = "seq"
+VOID = -1.0  # the `terminated` value of a void replay step (see the layout table)
 SOURCE_LABEL = "source"
 STEPS_LABEL = "steps"
 EPISODE_LABEL = "episode"
@@ -276,14 +281,16 @@ class ReplayBatch:
     truncated: np.ndarray  # bool [N]
     seq: int
     source: int
+    void: np.ndarray  # bool [N]: a step without a transition (the simulation diverged), see above
 
     def __len__(self) -> int:
         return self.obs.shape[0]
 
     def rows(self) -> np.ndarray:
         """The batch as float32 rows ``[obs | action | next_obs | reward | terminated | truncated]``."""
+        terminated = np.where(self.void, VOID, self.terminated.astype(np.float32))
         return np.concatenate([self.obs, self.action, self.next_obs, self.reward[:, None],
-                               self.terminated[:, None], self.truncated[:, None]], axis=1,
+                               terminated[:, None], self.truncated[:, None]], axis=1,
                               dtype=np.float32)
 
     @classmethod
@@ -295,13 +302,17 @@ class ReplayBatch:
             raise ValueError(f"replay rows of shape {rows.shape} do not fit obs_dim {obs_dim}")
         return cls(obs=rows[:, :o].copy(), action=rows[:, o:o + a].copy(),
                    next_obs=rows[:, o + a:2 * o + a].copy(), reward=rows[:, -3].copy(),
-                   terminated=rows[:, -2] == 1.0, truncated=rows[:, -1] == 1.0, seq=seq, source=source)
+                   terminated=rows[:, -2] == 1.0, truncated=rows[:, -1] == 1.0, seq=seq, source=source,
+                   void=rows[:, -2] == VOID)
 
 
 def replay_to_msg(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, reward: np.ndarray,
                   terminated: np.ndarray, truncated: np.ndarray, *, seq: int,
-                  source: int) -> Float32MultiArray:
-    """A batch of N transitions -> one Float32MultiArray (layout in the module docstring)."""
+                  source: int, void: np.ndarray | None = None) -> Float32MultiArray:
+    """A batch of N transitions -> one Float32MultiArray (layout in the module docstring).
+
+    `void` (bool [N], optional) marks void steps; their `terminated`/`truncated` are ignored.
+    """
     obs = np.asarray(obs, dtype=np.float32)
     if obs.ndim != 2 or obs.shape[0] == 0 or obs.shape[1] == 0:
         raise ValueError(f"replay obs must be [N, obs_dim] with N, obs_dim >= 1, got {obs.shape}")
@@ -326,6 +337,11 @@ def replay_to_msg(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, rew
         with np.errstate(over="ignore"):
             rows[:, col:col + (width or 1)] = values.reshape(n, width or 1)
         col += width or 1
+    if void is not None:
+        void = np.asarray(void, dtype=bool)
+        if void.shape != (n,):
+            raise ValueError(f"replay void must have shape {(n,)}, got {void.shape}")
+        rows[void, -2:] = (VOID, 1.0)
     _finite("replay batch", rows)
     msg = Float32MultiArray()
     msg.layout.dim = [
@@ -362,8 +378,10 @@ def msg_to_replay(msg: Float32MultiArray, obs_dim: int | None = None,
     _expect_finite(what, data)
     rows = data.reshape(n, f)
     flags = rows[:, -2:]
-    if not ((flags == 0.0) | (flags == 1.0)).all():
-        raise MessageError(f"{what}: terminated/truncated must be 0.0 or 1.0")
+    void = (flags[:, 0] == VOID) & (flags[:, 1] == 1.0)
+    if not (((flags == 0.0) | (flags == 1.0)).all(axis=1) | void).all():
+        raise MessageError(f"{what}: terminated/truncated must be 0.0 or 1.0 "
+                           f"(or -1.0/1.0 for a void step)")
     return ReplayBatch.from_rows(rows, o, seq=dims[4][1], source=dims[5][1])
 
 

@@ -182,7 +182,9 @@ class DirectTrainer:
     def env_step(self) -> dict[str, torch.Tensor]:
         action = self.select_action()
         next_obs, reward, term, trunc, info = self.env.step(self.scaler.to_env(action))
-        if not info.get("diverged"):  # a blown-up sim's step is no transition (DivergenceGuard)
+        if info.get("diverged"):  # a blown-up sim's step counts but is no transition (DivergenceGuard)
+            reward = 0.0
+        else:
             self.runner.replay.add(self.obs, action, next_obs, reward, term, trunc)
         self.step += 1
         self.episode_return += float(reward)
