@@ -581,9 +581,9 @@ class Learner(FinishableNode):
         try:
             from opolo_ros.plot import plot_learning_curve
 
+            title = f"{cfg.algo.upper()} through the ROS graph: {cfg.env_id}, seed {cfg.seed}"
             plot = plot_learning_curve(self.run_dir / "eval.csv", self.run_dir / "learning_curve.png",
-                                       title=f"OPOLO through the ROS graph: {cfg.env_id}, seed {cfg.seed}",
-                                       expert_return=self.expert_return)
+                                       title=title, expert_return=self.expert_return)
         except Exception as err:  # a missing plot must not lose a finished run
             self.get_logger().warning(f"no learning-curve plot: {err}")
         self.result = TrainResult(self.run_dir, self.step, mean, std,
