@@ -94,13 +94,14 @@ class GraphSystem:
         self.learner = self.graph.nodes["learner"]
 
     def run(self, steps: int) -> float:
-        start = self.learner.step
+        trainer = self.learner.trainer
+        start = trainer.step
         t0 = time.perf_counter()
-        if not self.graph.spin_until(lambda: self.learner.step >= start + steps or self.graph.done(), 900):
+        if not self.graph.spin_until(lambda: trainer.step >= start + steps or self.graph.done(), 900):
             raise RuntimeError("graph round timed out")
         if self.learner.error is not None:
             raise RuntimeError(f"learner failed: {self.learner.error}")
-        return (self.learner.step - start) / (time.perf_counter() - t0)
+        return (trainer.step - start) / (time.perf_counter() - t0)
 
     def close(self) -> None:
         self.graph.close()

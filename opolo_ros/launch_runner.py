@@ -428,18 +428,18 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
         print(f"opolo-ros launch: the learner failed: {learner.error}", file=sys.stderr)
         return 1
     if result.interrupted:
-        where = f" (checkpoint in {learner.run_dir})" if learner is not None else ""
+        where = f" (checkpoint in {learner.trainer.run_dir})" if learner is not None else ""
         print(f"opolo-ros launch: stopped after {result.elapsed_s:.0f} s{where}", file=sys.stderr)
         return 130
     if learner is not None and learner.result is not None:
         r, cfg = learner.result, learner.cfg
         print(f"\n{cfg.algo} on {cfg.env_id} through the ROS graph: {r.env_steps} env steps, "
-              f"{learner.learner.critic_steps} gradient steps in {result.elapsed_s:.0f} s")
+              f"{learner.trainer.learner.critic_steps} gradient steps in {result.elapsed_s:.0f} s")
         print(f"evaluation return: {r.eval_mean:.1f} +- {r.eval_std:.1f} "
               f"({cfg.eval_episodes} deterministic episodes)")
         print(f"normalised score: {r.normalised:.3f} (expert {r.expert_return:.1f}, "
               f"random {r.random_return:.1f})")
-        plot = f", learning curve: {learner.plot_path.name}" if learner.plot_path else ""
+        plot = f", learning curve: {learner.trainer.plot_path.name}" if learner.trainer.plot_path else ""
         print(f"run folder: {r.run_dir}  (policy: {r.policy_path.name}, TensorBoard: tb/, "
               f"evaluations: eval.csv{plot}, parameters: config.yaml, launch_params.yaml)")
         return 0

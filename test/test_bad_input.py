@@ -197,11 +197,12 @@ def test_learner_rejects_non_finite_data_over_the_topics(tmp_path, ros_domain_id
             demo_pub.publish(msg)
         for msg in bad_replay + good:
             replay_pub.publish(msg)
-        assert spin_until(both, lambda: learner.step == 120, 90.0), (learner.step, learner.rejected)
+        trainer = learner.trainer
+        assert spin_until(both, lambda: trainer.step == 120, 90.0), (trainer.step, learner.rejected)
         assert learner.error is None
         assert learner.rejected == {"replay": 2, "demonstration": 3}
         assert sorted(learner.demos) == [0, 1, 2, 3]
-        assert learner.step == 120 and np.isfinite(learner.replay.obs.numpy()).all()
+        assert learner.trainer.step == 120 and np.isfinite(learner.trainer.replay.obs.numpy()).all()
     err = capfd.readouterr().err
     assert "rejected replay batch (1 so far): replay batch: non-finite value" in err
     assert "rejected demonstration (1 so far)" in err

@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("rclpy")
 
 from opolo_ros.launch_runner import GraphRunner, NodeSpec, load_launch_module  # noqa: E402
-from opolo_ros.nodes.tasks import control_period  # noqa: E402
+from opolo_ros.sim.tasks import control_period  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from opolo_ros.nodes.tasks import make_task_env
 from opolo_ros.sim.envs import DivergenceGuard, make_env
+from opolo_ros.sim.tasks import make_task_env
 
 PENDULUM = """<mujoco>
   <option timestep="0.01"/>

@@ -480,7 +480,7 @@ def test_nodes_leave_no_threads_behind(tmp_path, demos, ros_domain_id):
     before = set(threading.enumerate())
     with GraphRunner(list(specs.values()), ros_domain_id) as graph:
         learner = graph.nodes["learner"]
-        assert graph.spin_until(lambda: learner.step >= 120, timeout_s=60.0)
+        assert graph.spin_until(lambda: learner.trainer.step >= 120, timeout_s=60.0)
         assert len(set(threading.enumerate()) - before) >= 2  # the learner's worker, the actor's loader
         graph.stop()
     left = [t.name for t in set(threading.enumerate()) - before]
@@ -528,7 +528,7 @@ def run_learner(run_dir: Path, domain_id: int, demos: Path, batches: list, until
         if until is not None:
             assert graph.spin_until(lambda: until(learner), timeout_s=60.0)
             if crash:
-                learner._save = lambda: None  # as kill -9: the state since the last checkpoint is lost
+                learner.trainer.save = lambda: None  # as kill -9: the state since the last checkpoint is lost
             graph.stop()
             return learner
         assert graph.spin_until(graph.done, timeout_s=90.0)
@@ -539,8 +539,8 @@ def run_learner(run_dir: Path, domain_id: int, demos: Path, batches: list, until
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, demos, ros_domain_id) -> tuple[list[np.ndarray], dict]:
     learner = run_learner(tmp_path_factory.mktemp("whole"), ros_domain_id, demos, replay_batches())
-    weights = [p.detach().numpy().copy() for p in learner.learner.actor.parameters()]
-    return weights, learner.learner.state_dict()["counters"]
+    weights = [p.detach().numpy().copy() for p in learner.trainer.learner.actor.parameters()]
+    return weights, learner.trainer.learner.state_dict()["counters"]
 
 
 @pytest.mark.parametrize("how", ["stop_mid_burst", "crash_after_checkpoint"])
@@ -551,19 +551,19 @@ def test_resumed_learner_matches_an_uninterrupted_one(tmp_path, demos, ros_domai
     batches = replay_batches()
     if how == "stop_mid_burst":  # inside the burst of step 80
         stopped = run_learner(tmp_path, ros_domain_id, demos, batches[:2],
-                              until=lambda lr: lr.step == 80 and lr._pending is not None
-                              and 0 < lr._pending.critic < 150)
+                              until=lambda lr: lr.trainer.step == 80 and lr.trainer.pending is not None
+                              and 0 < lr.trainer.pending.critic < 150)
         state = load_checkpoint(tmp_path / "checkpoint.pt")
         assert state["step"] == 80 and 0 < state["pending"]["critic"] < 150
     else:  # 20 transitions after the checkpoint at 40
-        stopped = run_learner(tmp_path, ros_domain_id, demos, batches[:2], until=lambda lr: lr.step >= 60,
-                              crash=True)
+        stopped = run_learner(tmp_path, ros_domain_id, demos, batches[:2],
+                              until=lambda lr: lr.trainer.step >= 60, crash=True)
         assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 40
     assert stopped.error is None
     # The bridge re-sends batch 1 (a duplicate now) and goes on with batch 2.
     resumed = run_learner(tmp_path, ros_domain_id, demos, batches[1:])
     weights, counters = uninterrupted
-    for a, b in zip(weights, resumed.learner.actor.parameters()):
+    for a, b in zip(weights, resumed.trainer.learner.actor.parameters()):
         np.testing.assert_array_equal(a, b.detach().numpy())
-    assert resumed.learner.state_dict()["counters"] == counters
-    assert resumed.duplicates == 1 and resumed.step == RESUME_TOTAL
+    assert resumed.trainer.learner.state_dict()["counters"] == counters
+    assert resumed.duplicates == 1 and resumed.trainer.step == RESUME_TOTAL

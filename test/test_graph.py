@@ -110,17 +110,17 @@ def test_bridge_ahead_waits_for_learner(tmp_path, demos, ros_domain_id):
     samples = []
     with GraphRunner(specs, ros_domain_id) as graph:
         learner, bridge = graph.nodes["learner"], graph.nodes["sim_bridge"]
-        schedule = learner.schedule
+        schedule = learner.trainer.schedule
 
         def record() -> bool:
-            samples.append((bridge.sent, bridge.acked, learner.learner.critic_steps))
+            samples.append((bridge.sent, bridge.acked, learner.trainer.learner.critic_steps))
             return graph.done()
 
         assert graph.spin_until(record, timeout_s=150.0)
         assert learner.error is None, learner.error
-        gradient_steps = learner.learner.critic_steps
+        gradient_steps = learner.trainer.learner.critic_steps
         waits = bridge.waits
-        counters = {k: getattr(learner.learner, k) for k in learner.learner.counter_names}
+        counters = {k: getattr(learner.trainer.learner, k) for k in learner.trainer.learner.counter_names}
     sent, acked, grads = (np.array(x) for x in zip(*samples))
     assert waits > 0, "the bridge never had to wait: the test did not exercise flow control"
     assert (sent - acked).max() <= max_ahead + 1  # + the step taken once the condition held
@@ -156,7 +156,7 @@ def test_lockstep_run_is_reproducible(tmp_path, demos, ros_domain_id):
             assert graph.spin_until(graph.done, timeout_s=90.0)
             learner, actor = graph.nodes["learner"], graph.nodes["actor"]
             assert learner.error is None, learner.error
-            weights.append([p.detach().clone() for p in learner.learner.actor.parameters()])
+            weights.append([p.detach().clone() for p in learner.trainer.learner.actor.parameters()])
             # policy version V served steps V + max_ahead ... V + max_ahead + 49
             assert actor.actions_by_version[50] == 50
     for a, b in zip(*weights):
@@ -191,8 +191,8 @@ def test_diverged_steps_keep_every_count_in_step(tmp_path, demos, ros_domain_id)
         assert learner.error is None, learner.error
         void = total // every
         assert bridge.diverged >= void
-        assert learner.step == total and len(learner.replay) == total - void
-        assert np.isfinite(learner.replay.next_obs[:total - void].numpy()).all()
+        assert learner.trainer.step == total and len(learner.trainer.replay) == total - void
+        assert np.isfinite(learner.trainer.replay.next_obs[:total - void].numpy()).all()
         assert actor.steps - bridge.sent in (0, 1)  # the observation out now may be answered already
         assert actor.actions_by_version[50] == 50  # version V serves steps V + 15 ... V + 64, as without
 
@@ -205,20 +205,20 @@ def test_stopped_learner_checkpoints_and_the_graph_resumes(tmp_path, demos, ros_
     specs = sim_train(tmp_path, demos, learner_cfg, total_steps="400", max_ahead="10", policy_every="50")
     with GraphRunner(specs, ros_domain_id) as graph:
         learner = graph.nodes["learner"]
-        assert graph.spin_until(lambda: learner.step >= 150, timeout_s=60.0)
+        assert graph.spin_until(lambda: learner.trainer.step >= 150, timeout_s=60.0)
         graph.stop()
-        stopped_at = learner.step
+        stopped_at = learner.trainer.step
         assert learner.finished.is_set() and learner.error is None and learner.result is None
     assert 150 <= stopped_at < 400
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
     with GraphRunner(specs, ros_domain_id) as graph:
         learner, bridge = graph.nodes["learner"], graph.nodes["sim_bridge"]
-        assert graph.spin_until(lambda: learner.step > 0, timeout_s=30.0)
-        assert learner.step >= stopped_at  # restored, not restarted
+        assert graph.spin_until(lambda: learner.trainer.step > 0, timeout_s=30.0)
+        assert learner.trainer.step >= stopped_at  # restored, not restarted
         assert graph.spin_until(graph.done, timeout_s=60.0)
         assert learner.error is None and learner.result.env_steps == 400
         assert bridge.sent >= 400 - stopped_at  # the bridge continued the counts from the acknowledgement
-        assert learner.learner.critic_steps == learner.schedule.critic_steps_due(400)
+        assert learner.trainer.learner.critic_steps == learner.trainer.schedule.critic_steps_due(400)
 
 
 def test_opolo_ros_launch_command_stops_cleanly_and_resumes(tmp_path, demos, ros_domain_id):

@@ -56,9 +56,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, Int64, Int64MultiArray
 
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
-from opolo_ros.nodes.tasks import control_period, joint_layout, make_task_env
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
+from opolo_ros.sim.tasks import control_period, joint_layout, make_task_env
 
 POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)

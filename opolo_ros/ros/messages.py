@@ -73,6 +73,11 @@ from std_msgs.msg import (
     UInt8MultiArray,
 )
 
+from opolo_ros.data.batches import VOID as VOID  # the batch types, re-exported with their codecs
+from opolo_ros.data.batches import ReplayBatch as ReplayBatch
+from opolo_ros.data.batches import SourceAck as SourceAck
+from opolo_ros.data.batches import replay_fields as replay_fields
+
 UINT32_MAX = 2**32 - 1
 OBS_LABEL = "obs"
 ACTION_LABEL = "action"
@@ -81,7 +86,6 @@ FIELDS_LABEL = "fields"
 OBS_DIM_LABEL = "obs_dim"
 ACT_DIM_LABEL = "act_dim"
 SEQ_LABEL = "seq"
-VOID = -1.0  # the `terminated` value of a void replay step (see the layout table)
 SOURCE_LABEL = "source"
 STEPS_LABEL = "steps"
 EPISODE_LABEL = "episode"
@@ -259,51 +263,9 @@ def msg_to_action(msg: Float64MultiArray, act_dim: int | None = None) -> np.ndar
 
 # ---------------------------------------------------------------------------------------- replay
 
-def replay_fields(obs_dim: int, act_dim: int) -> int:
-    """Floats per transition row: obs, action, next_obs, reward, terminated, truncated."""
-    return 2 * obs_dim + act_dim + 3
-
-
 def source_id(name: str) -> int:
     """A stable uint32 id for a replay publisher (CRC-32 of e.g. its fully qualified node name)."""
     return zlib.crc32(name.encode("utf-8"))
-
-
-@dataclass(frozen=True, eq=False)
-class ReplayBatch:
-    """N transitions from one source; `seq` numbers the source's batches (for acknowledgement)."""
-
-    obs: np.ndarray  # float32 [N, obs_dim]
-    action: np.ndarray  # float32 [N, act_dim]
-    next_obs: np.ndarray  # float32 [N, obs_dim]
-    reward: np.ndarray  # float32 [N]
-    terminated: np.ndarray  # bool [N]
-    truncated: np.ndarray  # bool [N]
-    seq: int
-    source: int
-    void: np.ndarray  # bool [N]: a step without a transition (the simulation diverged), see above
-
-    def __len__(self) -> int:
-        return self.obs.shape[0]
-
-    def rows(self) -> np.ndarray:
-        """The batch as float32 rows ``[obs | action | next_obs | reward | terminated | truncated]``."""
-        terminated = np.where(self.void, VOID, self.terminated.astype(np.float32))
-        return np.concatenate([self.obs, self.action, self.next_obs, self.reward[:, None],
-                               terminated[:, None], self.truncated[:, None]], axis=1,
-                              dtype=np.float32)
-
-    @classmethod
-    def from_rows(cls, rows: np.ndarray, obs_dim: int, *, seq: int, source: int) -> ReplayBatch:
-        """The inverse of :meth:`rows` (rows already validated, e.g. by :func:`msg_to_replay`)."""
-        rows = np.asarray(rows, dtype=np.float32)
-        o, a = obs_dim, (rows.shape[-1] if rows.ndim else 0) - 2 * obs_dim - 3
-        if rows.ndim != 2 or o < 1 or a < 1:
-            raise ValueError(f"replay rows of shape {rows.shape} do not fit obs_dim {obs_dim}")
-        return cls(obs=rows[:, :o].copy(), action=rows[:, o:o + a].copy(),
-                   next_obs=rows[:, o + a:2 * o + a].copy(), reward=rows[:, -3].copy(),
-                   terminated=rows[:, -2] == 1.0, truncated=rows[:, -1] == 1.0, seq=seq, source=source,
-                   void=rows[:, -2] == VOID)
 
 
 def replay_to_msg(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, reward: np.ndarray,
@@ -477,11 +439,6 @@ def msg_to_policy(msg: UInt8MultiArray) -> PolicyMessage:
 
 
 # ------------------------------------------------------------------------------ learner progress
-
-class SourceAck(NamedTuple):
-    seq: int  # newest replay batch seq consumed from the source
-    transitions: int  # transitions consumed from the source in total
-
 
 @dataclass(frozen=True)
 class LearnerProgress:
