@@ -1,5 +1,6 @@
 """The direct training loop: checkpoint -> resume gives the same next updates as an uninterrupted run."""
 
+import logging
 import os
 import signal
 import threading
@@ -9,11 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from opolo_ros.algo.config import load_run_config
+from opolo_ros.algo.config import load_run_config, to_dict
 from opolo_ros.algo.schedule import Plan
+from opolo_ros.data.batches import ReplayBatch
 from opolo_ros.data.demos import Episode, save_npz
 from opolo_ros.export.onnx_policy import load_policy
 from opolo_ros.train.direct import DirectTrainer, TrainingInterrupted
+from opolo_ros.train.stream import StreamHooks, StreamTrainer
 
 
 @pytest.fixture
@@ -170,3 +173,37 @@ def test_stop_inside_an_update_burst_resumes_to_the_uninterrupted_run(tmp_path, 
     assert resumed.learner.critic_steps == plain.learner.critic_steps
     evals = (tmp_path / "b" / "run_opolo" / "eval.csv").read_text().splitlines()[1:]
     assert [row.split(",")[0] for row in evals] == ["100", "160"]
+
+
+@pytest.mark.parametrize("algo", ["opolo", "td3"])
+def test_stream_trainer_runs_the_direct_loops_updates(tmp_path, demos, algo):
+    """The learner node's trainer, fed the direct loop's transitions as replay batches (actions in the
+    environment's units, as a bridge sends them), ends with the direct loop's networks: the graph's
+    training is the direct loop's, only the transitions arrive another way."""
+    cfg = small_cfg(tmp_path, demos, algo)
+    direct = DirectTrainer(cfg)
+    rows, add = [], direct.runner.replay.add
+
+    def recording_add(obs, action, next_obs, reward, terminated, truncated):
+        sent = direct.scaler.to_env(action).astype(np.float32)  # float32 on the wire: the unit action
+        rows.append(np.concatenate([obs, sent, next_obs, [reward, terminated, truncated]]).astype(np.float32))
+        add(obs, direct.scaler.to_unit(sent), next_obs, reward, terminated, truncated)  # comes back 1 ulp off
+
+    direct.runner.replay.add = recording_add
+    for _ in range(cfg.total_steps):
+        direct.env_step()
+    exported = []
+    stream_cfg = load_run_config(None, {**to_dict(cfg), "run_dir": str(tmp_path / "stream")})
+    stream = StreamTrainer(stream_cfg, policy_every=cfg.total_steps,
+                           hooks=StreamHooks(lambda path, version: exported.append(version), lambda: None,
+                                             logging.getLogger("stream")))
+    stream.start(direct.demos or None, resume=False, journal=True, journal_fsync=False, node_params={})
+    for k in range(0, len(rows), 37):  # batches of a bridge
+        stream.ingest(ReplayBatch.from_rows(np.stack(rows[k:k + 37]), stream.obs_dim, seq=k // 37, source=5))
+    stream.finish()
+    stream.close()
+    assert stream.step == cfg.total_steps and exported == [0, cfg.total_steps, cfg.total_steps]
+    assert {k: getattr(stream.learner, k) for k in stream.learner.counter_names} == \
+        {k: getattr(direct.learner, k) for k in direct.learner.counter_names}
+    for a, b in zip(params(direct), params(stream), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
