@@ -206,7 +206,7 @@ def parity(args: argparse.Namespace) -> dict:
         learner["total_steps"] = args.total_steps
     params = write_params(Path(args.config), out / "params.yaml", learner)
     cfg = load_run_config(params)
-    domain = 150 + os.getpid() % 50
+    domain = args.domain if args.domain is not None else 150 + os.getpid() % 50
     for seed in args.seeds:
         for system in args.systems:
             run_dir = out / f"{system}_seed{seed}"
@@ -265,6 +265,9 @@ def main() -> int:
     q.add_argument("--eval-every", dest="eval_every", type=int, default=1000)
     q.add_argument("--eval-episodes", dest="eval_episodes", type=int, default=10)
     q.add_argument("--out", default="bench/parity_ip")
+    q.add_argument("--domain", type=int, default=None,
+                   help="ROS_DOMAIN_ID of the graph runs (default 150 + pid % 50); give parity runs "
+                        "side by side distinct domains")
     args = p.parse_args()
     result = throughput(args) if args.mode == "throughput" else parity(args)
     text = json.dumps(result, indent=2)
