@@ -9,7 +9,8 @@ policy's. Each task runs with its parameter file (config/<task>.yaml); OPOLO-x i
 lambda = 0 (no inverse-action regulariser). Runs resume from their run folders, so the benchmark can
 be stopped and continued; cells not reached yet, or tasks without an expert bag in
 models/demos/<task>, are reported as missing, never filled in. With --plots, one learning-curve PNG
-per task from the runs' eval.csv files.
+per task from the runs' eval.csv files; --report makes the table and plots from the run folders
+without running anything.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from opolo_ros.algo.config import load_run_config
 from opolo_ros.data.demos import load_episodes
 from opolo_ros.launch_runner import task_params_file
 from opolo_ros.train.direct import exit_status
+from opolo_ros.train.logger import RunLogger
 
 VARIANTS = {"opolo": [], "opolo-x": ["opolo.lam=0"]}
 # The paper's OPOLO, normalised to its own expert (Table "off-policy approaches").
@@ -46,14 +48,20 @@ def missing_demos(config: str) -> str:
 
 
 def run_task(env_id: str, variants: list[str], seeds: list[int], at: list[int], run_root: str,
-             sets: list[str], eval_every: int | None = None) -> dict[str, dict]:
+             sets: list[str], eval_every: int | None = None, report: bool = False) -> dict[str, dict]:
     config = task_config(env_id)
     why = missing_demos(config)
     if why:
         print(f"{env_id}: skipped, {why}", file=sys.stderr)
         return {v: {"missing": why} for v in variants}
+
     def one(variant: str, seed: int) -> dict[str, dict]:
-        rows = run_seed(config, seed, at, [*sets, *VARIANTS[variant]], run_root, variant, eval_every)
+        if report:  # what the run folder holds, nothing run
+            csv = Path(run_root) / f"{env_id}_{variant}_seed{seed}" / "eval.csv"
+            evals = {int(r["env_step"]): r for r in RunLogger.read_evaluations(csv)} if csv.is_file() else {}
+            rows = {a: evals[a] for a in at if a in evals}
+        else:
+            rows = run_seed(config, seed, at, [*sets, *VARIANTS[variant]], run_root, variant, eval_every)
         return {str(step): row for step, row in rows.items()}
 
     return {v: {str(seed): one(v, seed) for seed in seeds} for v in variants}
@@ -110,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-root", default="runs/bench_suite")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plots", help="folder for one learning-curve PNG per task")
+    p.add_argument("--report", action="store_true",
+                   help="run nothing: table and plots from what the run folders hold (runs under way too)")
     args = p.parse_args(argv)
 
     results = {task: run_task(task, args.variants, args.seeds, args.at, args.run_root, args.set,
-                              args.eval_every) for task in args.tasks}
+                              args.eval_every, args.report) for task in args.tasks}
     print("\nNormalised score (R - R_random) / (R_expert - R_random), deterministic evaluation\n")
     print(table(results, args.at))
     if args.out:
