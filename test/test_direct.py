@@ -197,7 +197,7 @@ def test_stream_trainer_runs_the_direct_loops_updates(tmp_path, demos, algo):
     stream = StreamTrainer(stream_cfg, policy_every=cfg.total_steps,
                            hooks=StreamHooks(lambda path, version: exported.append(version), lambda: None,
                                              logging.getLogger("stream")))
-    stream.start(direct.demos or None, resume=False, journal=True, journal_fsync=False, node_params={})
+    stream.start(direct.demos or None, resume=False, journal=True, journal_fsync=False)
     for k in range(0, len(rows), 37):  # batches of a bridge
         stream.ingest(ReplayBatch.from_rows(np.stack(rows[k:k + 37]), stream.obs_dim, seq=k // 37, source=5))
     stream.finish()

@@ -55,6 +55,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import yaml
 from std_msgs.msg import Float32MultiArray, Int64MultiArray, UInt8MultiArray
 
 from opolo_ros.algo.config import RunConfig, flatten, to_dict, unflatten, update_dataclass
@@ -212,9 +213,13 @@ class Learner(FinishableNode):
             episodes = self._wait_for_demos()
             if episodes is None:
                 return False
-        node_params = {k: v for k, v in self.params.items() if k != "policy_every"}
+        run_dir = self.trainer.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        params = {**flatten(to_dict(self.cfg)), **self.params, "policy_every": self.trainer.policy_every}
+        (run_dir / "learner_params.yaml").write_text(yaml.safe_dump({"learner": {"ros__parameters": params}},
+                                                                    sort_keys=False))
         self.trainer.start(episodes, resume=self.params["resume"], journal=self.params["journal"],
-                           journal_fsync=self.params["journal_fsync"], node_params=node_params)
+                           journal_fsync=self.params["journal_fsync"])
         return True
 
     def _wait_for_demos(self) -> list[Episode] | None:

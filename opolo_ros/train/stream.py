@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import yaml
 
-from opolo_ros.algo.config import RunConfig, flatten, to_dict
+from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.batches import ReplayBatch, SourceAck, replay_fields
 from opolo_ros.data.demos import Episode, ExpertDataset
@@ -113,8 +113,8 @@ class StreamTrainer:
         self._last_log, self._last_log_t, self._last_ret = 0, time.perf_counter(), math.nan
 
     # ------------------------------------------------------------------ set-up
-    def start(self, episodes: list[Episode] | None, *, resume: bool, journal: bool, journal_fsync: bool,
-              node_params: dict[str, Any]) -> None:
+    def start(self, episodes: list[Episode] | None, *, resume: bool, journal: bool,
+              journal_fsync: bool) -> None:
         """Expert data (OPOLO), run folder, checkpoint (with `resume`), journal; then the first
         policy and progress go out, so actors have a model before the first step."""
         cfg = self.cfg
@@ -126,9 +126,6 @@ class StreamTrainer:
         self.runner = UpdateRunner(self.learner, self.schedule, self.replay, experts)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
-        (self.run_dir / "learner_params.yaml").write_text(yaml.safe_dump(
-            {"learner": {"ros__parameters": {**flatten(to_dict(cfg)), **node_params,
-                                             "policy_every": self.policy_every}}}, sort_keys=False))
         if resume and self.checkpoint_path.is_file():
             self._restore()
             self.hooks.log.info(f"resumed from {self.checkpoint_path} at {self.step} transitions")
