@@ -1,4 +1,4 @@
-"""`opolo-ros` command: train | train-expert | evaluate | export | record | launch.
+"""`opolo-ros` command: train | train-expert | evaluate | export | record | launch | queue.
 
 Every command gives a one-line error and exit status 2 on bad input (missing or corrupt files,
 bad YAML, unknown or wrong-typed keys, models of the wrong dimensions), never a traceback.
@@ -139,6 +139,19 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return launch_command(args.name, args.arguments, show_args=args.show_args)
 
 
+def cmd_queue(args: argparse.Namespace) -> int:
+    from opolo_ros.train.jobqueue import JobQueue, load_queue, run_queue
+
+    state_dir = Path(args.state_dir or Path("runs/queue") / Path(args.file).stem)
+    queue = JobQueue(load_queue(args.file), state_dir, parallel=args.parallel, nice=args.nice)
+    if args.status:
+        print("\n".join(queue.status_lines()))
+        return 0
+    status = run_queue(queue)
+    print("\n".join(queue.status_lines()))
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opolo-ros", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -196,6 +209,16 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("-s", "--show-args", dest="show_args", action="store_true",
                     help="list the launch file's arguments and exit")
     la.set_defaults(func=cmd_launch)
+
+    qu = sub.add_parser("queue", help="run a queue file of long, resumable jobs a few at a time")
+    qu.add_argument("file", help="queue YAML: jobs: [{name: ..., command: ...}, ...] in priority order")
+    qu.add_argument("--parallel", type=int, default=1, help="jobs at a time (one per free core)")
+    qu.add_argument("--nice", type=int, default=0, help="run the jobs at this nice level (0..19)")
+    qu.add_argument("--state-dir", dest="state_dir",
+                    help="logs and job states (default: runs/queue/<file stem>)")
+    qu.add_argument("--status", action="store_true",
+                    help="print each job's state and last progress line, run nothing")
+    qu.set_defaults(func=cmd_queue)
     return p
 
 

@@ -213,13 +213,11 @@ class Learner(FinishableNode):
             episodes = self._wait_for_demos()
             if episodes is None:
                 return False
-        run_dir = self.trainer.run_dir
-        run_dir.mkdir(parents=True, exist_ok=True)
-        params = {**flatten(to_dict(self.cfg)), **self.params, "policy_every": self.trainer.policy_every}
-        (run_dir / "learner_params.yaml").write_text(yaml.safe_dump({"learner": {"ros__parameters": params}},
-                                                                    sort_keys=False))
         self.trainer.start(episodes, resume=self.params["resume"], journal=self.params["journal"],
-                           journal_fsync=self.params["journal_fsync"])
+                           journal_fsync=self.params["journal_fsync"])  # takes the run folder's lock
+        params = {**flatten(to_dict(self.cfg)), **self.params, "policy_every": self.trainer.policy_every}
+        (self.trainer.run_dir / "learner_params.yaml").write_text(
+            yaml.safe_dump({"learner": {"ros__parameters": params}}, sort_keys=False))
         return True
 
     def _wait_for_demos(self) -> list[Episode] | None:

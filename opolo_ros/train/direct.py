@@ -43,6 +43,7 @@ from opolo_ros.sim.envs import (
 )
 from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
 from opolo_ros.train.logger import RunLogger
+from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
 
 
@@ -217,6 +218,13 @@ class DirectTrainer:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
     def train(self, resume: bool = True) -> TrainResult:
+        lock = RunFolderLock(self.run_dir).acquire()
+        try:
+            return self._train(resume)
+        finally:
+            lock.release()
+
+    def _train(self, resume: bool) -> TrainResult:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

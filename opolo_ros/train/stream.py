@@ -42,6 +42,7 @@ from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
 from opolo_ros.train.direct import PolicyFn, TrainResult, seed_everything
 from opolo_ros.train.logger import RunLogger
+from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
@@ -92,6 +93,7 @@ class StreamTrainer:
                                    min(cfg.schedule.buffer_size, max(cfg.total_steps, 1)), seed=cfg.seed + 2)
         self.runner: UpdateRunner | None = None
         self.run_dir = Path(cfg.run_dir)
+        self._lock = RunFolderLock(self.run_dir)
 
         self.step = 0  # transitions consumed (= n of schedule.plan(n))
         self.acks: dict[int, SourceAck] = {}
@@ -124,7 +126,7 @@ class StreamTrainer:
             known = [ep.ret for ep in episodes if not math.isnan(ep.ret)]
             self.expert_return = float(np.mean(known)) if known else math.nan
         self.runner = UpdateRunner(self.learner, self.schedule, self.replay, experts)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()  # before anything in the run folder is read or written
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if resume and self.checkpoint_path.is_file():
             self._restore()
@@ -422,3 +424,4 @@ class StreamTrainer:
             if resource is not None:
                 resource.close()
         self.env.close()
+        self._lock.release()

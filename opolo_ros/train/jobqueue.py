@@ -1,0 +1,236 @@
+"""A queue of long, resumable training jobs: a few at a time, in order, each stopped gracefully.
+
+Expert training and benchmark runs take hours on a small machine and are resumable from their
+checkpoints. A queue file lists them in priority order; `opolo-ros queue FILE` keeps `--parallel`
+of them running (one per core), starts the next when one ends, and on SIGINT/SIGTERM passes the
+signal on to every running job (which writes its checkpoint and exits), starts nothing more and
+exits 130. Run it again and it carries on: a job that exited 0 is marked done and skipped, every
+other job (stopped, failed, never started) runs again and resumes from its own checkpoint.
+
+Queue file (YAML)::
+
+    jobs:
+      - name: hc_opolo_seed0              # letters, digits, '.', '_', '-'
+        command: .venv/bin/python bench/suite.py --tasks HalfCheetah-v5 --variants opolo --seeds 0
+      - name: walker_expert
+        command: [.venv/bin/opolo-ros, train-expert, --config, config/experts/Walker2d-v5.yaml]
+
+State lives in `--state-dir` (default: `runs/queue/<queue file stem>`): `<name>.log` (the job's
+stdout and stderr, appended), `<name>.pid` while it runs, `<name>.done` once it exited 0,
+`<name>.exit` with the last non-zero exit status, and `queue.pid`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import yaml
+
+NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    command: tuple[str, ...]
+
+
+def load_queue(path: str | Path) -> list[Job]:
+    """The jobs of a queue file, in order; ValueError naming the file and the entry on any problem."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
+        raise ValueError(f"{path}: expected a mapping with a non-empty list 'jobs'")
+    jobs: list[Job] = []
+    for k, entry in enumerate(data["jobs"]):
+        where = f"{path}: jobs[{k}]"
+        if not isinstance(entry, dict) or set(entry) != {"name", "command"}:
+            raise ValueError(f"{where}: expected exactly the keys 'name' and 'command', got {entry!r}")
+        name, command = entry["name"], entry["command"]
+        if not isinstance(name, str) or not NAME.match(name):
+            raise ValueError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-'")
+        if isinstance(command, str):
+            argv = shlex.split(command)
+        elif isinstance(command, list) and all(isinstance(a, (str, int, float)) for a in command):
+            argv = [str(a) for a in command]
+        else:
+            raise ValueError(f"{where}: command must be a string or a list of strings, got {command!r}")
+        if not argv:
+            raise ValueError(f"{where}: empty command")
+        if any(j.name == name for j in jobs):
+            raise ValueError(f"{where}: duplicate name {name!r}")
+        jobs.append(Job(name, tuple(argv)))
+    return jobs
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def last_progress(log: Path, max_bytes: int = 4096) -> str:
+    """The last line (or carriage-return segment, as progress bars write) of a log file."""
+    if not log.exists():
+        return ""
+    with log.open("rb") as f:
+        f.seek(max(0, log.stat().st_size - max_bytes))
+        tail = f.read().decode(errors="replace")
+    parts = [p.strip() for p in re.split(r"[\r\n]", tail) if p.strip()]
+    return parts[-1] if parts else ""
+
+
+class JobQueue:
+    def __init__(self, jobs: list[Job], state_dir: str | Path, parallel: int = 1, nice: int = 0,
+                 cwd: str | Path | None = None, poll_s: float = 0.5,
+                 log: Callable[[str], None] = print) -> None:
+        if parallel < 1:
+            raise ValueError(f"parallel must be at least 1, got {parallel}")
+        if not 0 <= nice <= 19:
+            raise ValueError(f"nice must be in 0..19, got {nice}")
+        self.jobs, self.parallel, self.nice = jobs, parallel, nice
+        self.state_dir = Path(state_dir)
+        self.cwd, self.poll_s, self.log = cwd, poll_s, log
+
+    def _file(self, job: Job, suffix: str) -> Path:
+        return self.state_dir / f"{job.name}.{suffix}"
+
+    def state(self, job: Job) -> str:
+        """done | running (pid N) | exit N (stopped or failed, runs again) | pending."""
+        if self._file(job, "done").exists():
+            return "done"
+        pid_file = self._file(job, "pid")
+        if pid_file.exists():
+            pid = int(pid_file.read_text().split()[0])
+            if _pid_alive(pid):
+                return f"running (pid {pid})"
+        exit_file = self._file(job, "exit")
+        if exit_file.exists():
+            return f"exit {exit_file.read_text().strip()}"
+        return "pending"
+
+    def status_lines(self) -> list[str]:
+        width = max(len(j.name) for j in self.jobs)
+        return [f"{j.name:<{width}}  {self.state(j):<20}  {last_progress(self._file(j, 'log'))[-100:]}"
+                for j in self.jobs]
+
+    def _start(self, job: Job) -> subprocess.Popen:
+        argv = ["nice", "-n", str(self.nice), *job.command] if self.nice else list(job.command)
+        with self._file(job, "log").open("ab") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(job.command)}\n".encode())
+            out.flush()
+            # Its own session: a terminal's Ctrl-C reaches the queue only, which passes it on once.
+            proc = subprocess.Popen(argv, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self._file(job, "pid").write_text(f"{proc.pid}\n")
+        self.log(f"queue: started {job.name} (pid {proc.pid})")
+        return proc
+
+    def _finish(self, job: Job, rc: int) -> bool:
+        """Record how a job ended; True when it failed (not done, not stopped by a signal)."""
+        self._file(job, "pid").unlink(missing_ok=True)
+        if rc == 0:
+            self._file(job, "exit").unlink(missing_ok=True)
+            self._file(job, "done").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            self.log(f"queue: {job.name} done")
+            return False
+        self._file(job, "exit").write_text(f"{rc}\n")
+        why = "stopped" if rc in (INTERRUPTED, -signal.SIGTERM, -signal.SIGINT) else "FAILED"
+        self.log(f"queue: {job.name} {why} with exit status {rc} (see {self._file(job, 'log')})")
+        return why == "FAILED"
+
+    def run(self, stop: threading.Event) -> int:
+        """Run every job not done yet; 0 when all are done, 130 when stopped, else 1."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for job in self.jobs:
+            if self.state(job).startswith("running"):
+                raise ValueError(f"{job.name} is already running ({self.state(job)}): "
+                                 "another queue on this state folder?")
+        pending = [j for j in self.jobs if self.state(j) != "done"]
+        self.log(f"queue: {len(self.jobs) - len(pending)} of {len(self.jobs)} jobs done, "
+                 f"{len(pending)} to run, {self.parallel} at a time")
+        running: dict[Job, subprocess.Popen] = {}
+        failed = False
+        signalled: set[Job] = set()
+        while pending or running:
+            while not stop.is_set() and pending and len(running) < self.parallel:
+                job = pending.pop(0)
+                running[job] = self._start(job)
+            if stop.is_set():
+                for job, proc in running.items():
+                    if job not in signalled:
+                        self._signal(proc, signal.SIGTERM)
+                        signalled.add(job)
+                pending.clear()
+            for job, proc in list(running.items()):
+                rc = proc.poll()
+                if rc is not None:
+                    del running[job]
+                    failed |= self._finish(job, rc)
+            if stop.is_set():
+                time.sleep(self.poll_s)  # the jobs are writing their checkpoints
+            elif pending or running:
+                stop.wait(self.poll_s)
+        if stop.is_set():
+            return INTERRUPTED
+        return 1 if failed else 0
+
+    def interrupt_again(self) -> None:
+        """SIGTERM again to every running job (a job's own second signal skips its clean-up wait)."""
+        for job in self.jobs:
+            pid_file = self._file(job, "pid")
+            if pid_file.exists():
+                try:
+                    os.killpg(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)  # the job's process group: `nice` and what it started
+        except ProcessLookupError:
+            pass
+
+
+def run_queue(queue: JobQueue) -> int:
+    """`queue.run` in the foreground, stopped by SIGINT/SIGTERM; writes `queue.pid` while it runs.
+
+    The first signal stops the queue (each job gets SIGTERM once); every further one is passed on
+    to the jobs again, which makes a job that is slow to write its checkpoint give up waiting.
+    """
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            queue.interrupt_again()
+        stop.set()
+
+    queue.state_dir.mkdir(parents=True, exist_ok=True)
+    pid_file = queue.state_dir / "queue.pid"
+    pid_file.write_text(f"{os.getpid()}\n")
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return queue.run(stop)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        pid_file.unlink(missing_ok=True)

@@ -1,0 +1,161 @@
+"""The job queue that runs long resumable jobs: order, parallelism, done/failed/stopped, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from opolo_ros.train.jobqueue import Job, JobQueue, last_progress, load_queue
+
+OPOLO_ROS = str(Path(sys.executable).parent / "opolo-ros")
+
+# A stand-in for a training job: records its start, how many jobs run beside it, and, on SIGTERM,
+# "writes its checkpoint" and exits 130 as `opolo-ros train` does.
+JOB = r"""
+import os, signal, sys, time
+from pathlib import Path
+name, root, seconds, rc = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+def stop(*_):
+    (root / f"{name}.checkpoint").write_text("written")
+    sys.exit(130)
+signal.signal(signal.SIGTERM, stop)
+running = root / "running"
+running.mkdir(exist_ok=True)
+(running / name).touch()
+with (root / "starts.txt").open("a") as f:
+    f.write(f"{name} {len(os.listdir(running))}\n")
+print(f"{name}: step 1/2", end="\r", flush=True)
+time.sleep(seconds)
+print(f"{name}: step 2/2", flush=True)
+(running / name).unlink()
+sys.exit(rc)
+"""
+
+
+@pytest.fixture
+def job_script(tmp_path: Path) -> Path:
+    path = tmp_path / "job.py"
+    path.write_text(JOB)
+    return path
+
+
+def job(script: Path, root: Path, name: str, seconds: float = 0.3, rc: int = 0) -> Job:
+    return Job(name, (sys.executable, str(script), name, str(root), str(seconds), str(rc)))
+
+
+def starts(root: Path) -> list[tuple[str, int]]:
+    path = root / "starts.txt"
+    lines = path.read_text().split("\n") if path.exists() else []
+    return [(n, int(k)) for n, k in (line.split() for line in lines if line)]
+
+
+def test_runs_in_order_a_few_at_a_time_and_skips_what_is_done(tmp_path: Path, job_script: Path) -> None:
+    jobs = [job(job_script, tmp_path, f"j{k}", seconds=0.6) for k in range(4)]
+    queue = JobQueue(jobs, tmp_path / "state", parallel=2, poll_s=0.05, log=lambda _: None)
+    assert queue.run(threading.Event()) == 0
+    runs = starts(tmp_path)
+    assert sorted(n for n, _ in runs[:2]) == ["j0", "j1"]  # in the queue's order
+    assert sorted(n for n, _ in runs) == ["j0", "j1", "j2", "j3"]
+    assert max(k for _, k in runs) == 2  # never three at once, and two did run side by side
+    assert all(queue.state(j) == "done" for j in jobs)
+    assert last_progress(tmp_path / "state" / "j3.log") == "j3: step 2/2"
+
+    assert queue.run(threading.Event()) == 0  # again: everything is done, nothing starts
+    assert len(starts(tmp_path)) == 4
+
+
+def test_a_failed_job_is_reported_others_go_on_and_it_runs_again_next_time(tmp_path: Path,
+                                                                          job_script: Path) -> None:
+    jobs = [job(job_script, tmp_path, "bad", rc=3), job(job_script, tmp_path, "good")]
+    queue = JobQueue(jobs, tmp_path / "state", parallel=1, poll_s=0.05, log=lambda _: None)
+    assert queue.run(threading.Event()) == 1
+    assert queue.state(jobs[0]) == "exit 3" and queue.state(jobs[1]) == "done"
+    assert queue.run(threading.Event()) == 1
+    assert [n for n, _ in starts(tmp_path)] == ["bad", "good", "bad"]
+
+
+def test_stop_passes_sigterm_on_keeps_the_job_resumable_and_starts_nothing_more(tmp_path: Path,
+                                                                                 job_script: Path) -> None:
+    jobs = [job(job_script, tmp_path, "long", seconds=60), job(job_script, tmp_path, "next")]
+    queue = JobQueue(jobs, tmp_path / "state", parallel=1, poll_s=0.05, log=lambda _: None)
+    stop, result = threading.Event(), []
+    worker = threading.Thread(target=lambda: result.append(queue.run(stop)))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not starts(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert queue.state(jobs[0]).startswith("running")
+    t0 = time.monotonic()
+    stop.set()
+    worker.join(timeout=30)
+    assert result == [130] and time.monotonic() - t0 < 5
+    assert (tmp_path / "long.checkpoint").read_text() == "written"
+    assert queue.state(jobs[0]) == "exit 130" and queue.state(jobs[1]) == "pending"
+    assert [n for n, _ in starts(tmp_path)] == ["long"]
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("jobs: [", "not valid YAML"),
+    ("jobs: []", "non-empty list 'jobs'"),
+    ("- a", "non-empty list 'jobs'"),
+    ("jobs: [{name: a}]", "exactly the keys"),
+    ("jobs: [{name: a, command: x, nice: 3}]", "exactly the keys"),
+    ("jobs: [{name: 'a b', command: x}]", "must be letters"),
+    ("jobs: [{name: a, command: ''}]", "empty command"),
+    ("jobs: [{name: a, command: {x: 1}}]", "string or a list"),
+    ("jobs: [{name: a, command: x}, {name: a, command: y}]", "duplicate name 'a'"),
+])
+def test_bad_queue_files_are_clear_errors(tmp_path: Path, text: str, expect: str) -> None:
+    path = tmp_path / "q.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=expect):
+        load_queue(path)
+
+
+def test_load_queue_splits_strings_and_keeps_lists(tmp_path: Path) -> None:
+    path = tmp_path / "q.yaml"
+    path.write_text("jobs:\n  - {name: a, command: \"python -c 'print(1)'\"}\n"
+                    "  - {name: b.2, command: [opolo-ros, train, --seed, 3]}\n")
+    assert load_queue(path) == [Job("a", ("python", "-c", "print(1)")),
+                                Job("b.2", ("opolo-ros", "train", "--seed", "3"))]
+
+
+def test_command_stops_on_sigterm_with_its_jobs_and_reports_status(tmp_path: Path, job_script: Path) -> None:
+    queue_file = tmp_path / "q.yaml"
+    queue_file.write_text("jobs:\n" + "".join(
+        f"  - {{name: {n}, command: [{sys.executable}, {job_script}, {n}, {tmp_path}, 60, 0]}}\n"
+        for n in ("first", "second")))
+    state = tmp_path / "state"
+    proc = subprocess.Popen([OPOLO_ROS, "queue", str(queue_file), "--nice", "3", "--state-dir", str(state)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not starts(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job_pid = int((state / "first.pid").read_text())
+    assert os.getpriority(os.PRIO_PROCESS, job_pid) >= 3
+    status = subprocess.run([OPOLO_ROS, "queue", str(queue_file), "--status", "--state-dir", str(state)],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    assert status[0].split()[:3] == ["first", "running", "(pid"] and "first: step 1/2" in status[0]
+    assert status[1].split()[:2] == ["second", "pending"]
+
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    assert (tmp_path / "first.checkpoint").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(job_pid, 0)  # no orphan left behind
+    assert not (state / "queue.pid").exists() and "first" in out and "exit 130" in out
+
+
+def test_bad_parameters_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="parallel"):
+        JobQueue([Job("a", ("true",))], tmp_path, parallel=0)
+    with pytest.raises(ValueError, match="nice"):
+        JobQueue([Job("a", ("true",))], tmp_path, nice=25)
