@@ -88,6 +88,10 @@ def test_train_writes_run_folder(tmp_path, demos):
     best_step = max(evals, key=lambda e: e[1])[0]  # the first of equal bests
     assert load_policy(run / "policy_best.onnx").metadata.training_step == best_step
 
+    again = DirectTrainer(cfg).train()  # a finished run run again: nothing trained, nothing added
+    assert (run / "eval.csv").read_text().splitlines() == rows
+    assert (again.env_steps, again.eval_mean) == (120, evals[-1][1])
+
 
 @pytest.mark.parametrize("name", ["gpu", "cuda:x"])
 def test_bad_device_is_a_config_error(tmp_path, demos, name):

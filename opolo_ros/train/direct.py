@@ -230,6 +230,7 @@ class DirectTrainer:
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if resume and self.checkpoint_path.is_file():
             self.restore()
+            self._recall_last_evaluation()
         if math.isnan(self.random_return):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
         logger = RunLogger(self.run_dir)
@@ -273,6 +274,14 @@ class DirectTrainer:
         return TrainResult(self.run_dir, self.step, mean, std,
                            normalised_score(mean, self.random_return, self.expert_return),
                            self.expert_return, self.random_return, policy_path)
+
+    def _recall_last_evaluation(self) -> None:
+        """A resumed run that ends where its checkpoint is (a finished run run again) reports the
+        evaluation eval.csv holds for that step instead of appending a second one."""
+        rows = RunLogger.read_evaluations(self.run_dir / "eval.csv")
+        if rows and int(rows[-1]["env_step"]) == self.step and self.pending is None:
+            self._last_eval = (rows[-1]["return_mean"], rows[-1]["return_std"])
+            self._last_eval_step = self.step
 
     def _periodic(self, logger: RunLogger, bar: tqdm | None) -> None:
         """Evaluation, checkpoint and export, each when due at this step."""
