@@ -227,6 +227,11 @@ def run(args: argparse.Namespace) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 0
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"opolo-ros {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
