@@ -143,7 +143,8 @@ def cmd_queue(args: argparse.Namespace) -> int:
     from opolo_ros.train.jobqueue import JobQueue, load_queue, run_queue
 
     state_dir = Path(args.state_dir or Path("runs/queue") / Path(args.file).stem)
-    queue = JobQueue(load_queue(args.file), state_dir, parallel=args.parallel, nice=args.nice)
+    queue = JobQueue(load_queue(args.file), state_dir, parallel=args.parallel, nice=args.nice,
+                     source=args.file)
     if args.status:
         print("\n".join(queue.status_lines()))
         return 0

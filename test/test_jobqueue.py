@@ -101,6 +101,29 @@ def test_stop_passes_sigterm_on_keeps_the_job_resumable_and_starts_nothing_more(
     assert [n for n, _ in starts(tmp_path)] == ["long"]
 
 
+def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_script: Path) -> None:
+    def entry(name: str, seconds: float) -> str:
+        argv = f"[{sys.executable}, {job_script}, {name}, {tmp_path}, {seconds}, 0]"
+        return f"  - {{name: {name}, command: {argv}}}\n"
+
+    queue_file = tmp_path / "q.yaml"
+    queue_file.write_text("jobs:\n" + entry("first", 1.5) + entry("dropped", 0.1))
+    logged: list[str] = []
+    queue = JobQueue(load_queue(queue_file), tmp_path / "state", parallel=1, poll_s=0.05, log=logged.append,
+                     source=queue_file)
+    stop, result = threading.Event(), []
+    worker = threading.Thread(target=lambda: result.append(queue.run(stop)))
+    worker.start()
+    while not starts(tmp_path):
+        time.sleep(0.05)
+    queue_file.write_text("jobs: [")  # half-written: the jobs read before stay
+    time.sleep(0.3)
+    queue_file.write_text("jobs:\n" + entry("first", 1.5) + entry("added", 0.1))
+    worker.join(timeout=60)
+    assert result == [0] and [n for n, _ in starts(tmp_path)] == ["first", "added"]
+    assert sum("not valid YAML" in line for line in logged) <= 1
+
+
 @pytest.mark.parametrize("text, expect", [
     ("jobs: [", "not valid YAML"),
     ("jobs: []", "non-empty list 'jobs'"),

@@ -5,7 +5,8 @@ checkpoints. A queue file lists them in priority order; `opolo-ros queue FILE` k
 of them running (one per core), starts the next when one ends, and on SIGINT/SIGTERM passes the
 signal on to every running job (which writes its checkpoint and exits), starts nothing more and
 exits 130. Run it again and it carries on: a job that exited 0 is marked done and skipped, every
-other job (stopped, failed, never started) runs again and resumes from its own checkpoint.
+other job (stopped, failed, never started) runs again and resumes from its own checkpoint. The file
+is read again before each start, so jobs can be added, removed or reordered while the queue runs.
 
 Queue file (YAML)::
 
@@ -35,6 +36,8 @@ from pathlib import Path
 from types import FrameType
 
 import yaml
+
+from opolo_ros.errors import one_line
 
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 INTERRUPTED = 130
@@ -101,7 +104,8 @@ def last_progress(log: Path, max_bytes: int = 4096) -> str:
 class JobQueue:
     def __init__(self, jobs: list[Job], state_dir: str | Path, parallel: int = 1, nice: int = 0,
                  cwd: str | Path | None = None, poll_s: float = 0.5,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, source: str | Path | None = None) -> None:
+        """`source`: the queue file, read again before each start (None: `jobs` as given)."""
         if parallel < 1:
             raise ValueError(f"parallel must be at least 1, got {parallel}")
         if not 0 <= nice <= 19:
@@ -109,6 +113,9 @@ class JobQueue:
         self.jobs, self.parallel, self.nice = jobs, parallel, nice
         self.state_dir = Path(state_dir)
         self.cwd, self.poll_s, self.log = cwd, poll_s, log
+        self.source = Path(source) if source is not None else None
+        self._reload_error = ""
+        self._running: dict[str, tuple[Job, subprocess.Popen]] = {}
 
     def _file(self, job: Job, suffix: str) -> Path:
         return self.state_dir / f"{job.name}.{suffix}"
@@ -157,6 +164,19 @@ class JobQueue:
         self.log(f"queue: {job.name} {why} with exit status {rc} (see {self._file(job, 'log')})")
         return why == "FAILED"
 
+    def _next(self, tried: set[str]) -> Job | None:
+        """The first job neither done nor started by this run, from the queue file as it is now
+        (edit it while the queue runs: jobs added, removed or reordered count from the next start)."""
+        if self.source is not None:
+            try:
+                self.jobs = load_queue(self.source)
+                self._reload_error = ""
+            except (ValueError, OSError) as err:
+                if one_line(err) != self._reload_error:
+                    self._reload_error = one_line(err)
+                    self.log(f"queue: {self._reload_error}; keeping the jobs read before")
+        return next((j for j in self.jobs if j.name not in tried and self.state(j) != "done"), None)
+
     def run(self, stop: threading.Event) -> int:
         """Run every job not done yet; 0 when all are done, 130 when stopped, else 1."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -164,30 +184,34 @@ class JobQueue:
             if self.state(job).startswith("running"):
                 raise ValueError(f"{job.name} is already running ({self.state(job)}): "
                                  "another queue on this state folder?")
-        pending = [j for j in self.jobs if self.state(j) != "done"]
-        self.log(f"queue: {len(self.jobs) - len(pending)} of {len(self.jobs)} jobs done, "
-                 f"{len(pending)} to run, {self.parallel} at a time")
-        running: dict[Job, subprocess.Popen] = {}
+        done = sum(self.state(j) == "done" for j in self.jobs)
+        self.log(f"queue: {done} of {len(self.jobs)} jobs done, {len(self.jobs) - done} to run, "
+                 f"{self.parallel} at a time")
+        tried: set[str] = set()
         failed = False
-        signalled: set[Job] = set()
-        while pending or running:
-            while not stop.is_set() and pending and len(running) < self.parallel:
-                job = pending.pop(0)
-                running[job] = self._start(job)
+        signalled: set[str] = set()
+        while True:
+            while not stop.is_set() and len(self._running) < self.parallel:
+                job = self._next(tried)
+                if job is None:
+                    break
+                tried.add(job.name)
+                self._running[job.name] = (job, self._start(job))
             if stop.is_set():
-                for job, proc in running.items():
-                    if job not in signalled:
+                for name, (_, proc) in self._running.items():
+                    if name not in signalled:
                         self._signal(proc, signal.SIGTERM)
-                        signalled.add(job)
-                pending.clear()
-            for job, proc in list(running.items()):
+                        signalled.add(name)
+            for name, (job, proc) in list(self._running.items()):
                 rc = proc.poll()
                 if rc is not None:
-                    del running[job]
+                    del self._running[name]
                     failed |= self._finish(job, rc)
+            if not self._running and (stop.is_set() or self._next(tried) is None):
+                break
             if stop.is_set():
                 time.sleep(self.poll_s)  # the jobs are writing their checkpoints
-            elif pending or running:
+            else:
                 stop.wait(self.poll_s)
         if stop.is_set():
             return INTERRUPTED
@@ -195,13 +219,8 @@ class JobQueue:
 
     def interrupt_again(self) -> None:
         """SIGTERM again to every running job (a job's own second signal skips its clean-up wait)."""
-        for job in self.jobs:
-            pid_file = self._file(job, "pid")
-            if pid_file.exists():
-                try:
-                    os.killpg(int(pid_file.read_text().split()[0]), signal.SIGTERM)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        for _, proc in list(self._running.values()):
+            self._signal(proc, signal.SIGTERM)
 
     @staticmethod
     def _signal(proc: subprocess.Popen, sig: int) -> None:
