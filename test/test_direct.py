@@ -211,3 +211,24 @@ def test_stream_trainer_runs_the_direct_loops_updates(tmp_path, demos, algo):
         {k: getattr(direct.learner, k) for k in direct.learner.counter_names}
     for a, b in zip(params(direct), params(stream), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_run_ends_early_once_an_evaluation_reaches_stop_at_return(tmp_path, demos):
+    """`stop_at_return`: the direct loop and the learner node's trainer both end at the first
+    evaluation that reaches it (an expert run stops spending compute once it is good enough), and a
+    finished run run again stays finished."""
+    cfg = small_cfg(tmp_path, demos, "td3", eval_every=100, stop_at_return=-1e9)  # any return reaches it
+    result = DirectTrainer(cfg).train()
+    assert result.env_steps == 100 and (result.run_dir / "policy_best.onnx").is_file()
+    assert DirectTrainer(cfg).train().env_steps == 100
+    assert len((result.run_dir / "eval.csv").read_text().splitlines()) == 2  # header + step 100
+
+    stream_cfg = load_run_config(None, {**to_dict(cfg), "run_dir": str(tmp_path / "stream")})
+    hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("s"))
+    stream = StreamTrainer(stream_cfg, policy_every=cfg.total_steps, hooks=hooks)
+    stream.start(None, resume=False, journal=False, journal_fsync=False)
+    rows = np.zeros((250, 4 + 1 + 4 + 3), np.float32)
+    stream.ingest(ReplayBatch.from_rows(rows, stream.obs_dim, seq=0, source=1))
+    assert stream.done and stream.step == 100 and stream.best_return >= -1e9
+    assert stream.finish().env_steps == 100 and (tmp_path / "stream" / "policy_best.onnx").is_file()
+    stream.close()

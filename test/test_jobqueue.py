@@ -128,8 +128,11 @@ def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_scri
     ("jobs: [", "not valid YAML"),
     ("jobs: []", "non-empty list 'jobs'"),
     ("- a", "non-empty list 'jobs'"),
-    ("jobs: [{name: a}]", "exactly the keys"),
-    ("jobs: [{name: a, command: x, nice: 3}]", "exactly the keys"),
+    ("jobs: [{name: a}]", "the keys 'name', 'command'"),
+    ("jobs: [{name: a, command: x, nice: 3}]", "the keys 'name', 'command'"),
+    ("jobs: [{name: a, command: x, after: [b]}]", r"comes after \['b'\], which is not another job"),
+    ("jobs: [{name: a, command: x, after: a}]", "which is not another job"),
+    ("jobs: [{name: a, command: x, after: {b: 1}}]", "a job name or a list"),
     ("jobs: [{name: 'a b', command: x}]", "must be letters"),
     ("jobs: [{name: a, command: ''}]", "empty command"),
     ("jobs: [{name: a, command: {x: 1}}]", "string or a list"),
@@ -148,6 +151,26 @@ def test_load_queue_splits_strings_and_keeps_lists(tmp_path: Path) -> None:
                     "  - {name: b.2, command: [opolo-ros, train, --seed, 3]}\n")
     assert load_queue(path) == [Job("a", ("python", "-c", "print(1)")),
                                 Job("b.2", ("opolo-ros", "train", "--seed", "3"))]
+    path.write_text("jobs: [{name: a, command: x}, {name: b, command: y, after: a}, "
+                    "{name: c, command: z, after: [a, b]}]")
+    assert [j.after for j in load_queue(path)] == [(), ("a",), ("a", "b")]
+
+
+def test_a_job_waits_for_the_jobs_it_comes_after(tmp_path: Path, job_script: Path) -> None:
+    """`ship` after `train`: not started while `train` runs (two slots), not at all when it fails."""
+    train, ship = job(job_script, tmp_path, "train", seconds=0.6), job(job_script, tmp_path, "ship")
+    ship = Job(ship.name, ship.command, after=("train",))
+    other = job(job_script, tmp_path, "other", seconds=0.1)
+    queue = JobQueue([train, ship, other], tmp_path / "state", parallel=2, poll_s=0.05, log=lambda _: None)
+    assert queue.status_lines()[1].split()[:3] == ["ship", "after", "train"]
+    assert queue.run(threading.Event()) == 0
+    assert [n for n, _ in starts(tmp_path)] == ["train", "other", "ship"]
+
+    failing = Job("train2", job(job_script, tmp_path, "train2", rc=1).command)
+    blocked = Job("ship2", job(job_script, tmp_path, "ship2").command, after=("train2",))
+    queue = JobQueue([failing, blocked], tmp_path / "state", parallel=2, poll_s=0.05, log=lambda _: None)
+    assert queue.run(threading.Event()) == 1 and queue.state(blocked) == "pending"
+    assert "ship2" not in [n for n, _ in starts(tmp_path)]
 
 
 def test_command_stops_on_sigterm_with_its_jobs_and_reports_status(tmp_path: Path, job_script: Path) -> None:

@@ -9,6 +9,7 @@ code differs from the paper is a named option here; see docs in README "Algorith
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,7 @@ class RunConfig:
     checkpoint_every: int = 5_000
     export_every: int = 5_000
     keep_best: bool = True  # also export policy_best.onnx at each evaluation that beats the best so far
+    stop_at_return: float = math.inf  # end the run early once an evaluation's mean return reaches this
     run_dir: str = "runs/default"
     torch_threads: int = 0  # 0: leave torch's default
     device: str = "cpu"  # torch device for the networks and updates: cpu, cuda, cuda:N, or auto

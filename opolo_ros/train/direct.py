@@ -168,6 +168,11 @@ class DirectTrainer:
         self.pending = Plan(**state["pending"]) if state.get("pending") else None
 
     # ------------------------------------------------------------------ loop
+    @property
+    def finished(self) -> bool:
+        """All `total_steps` taken, or an evaluation reached `stop_at_return`."""
+        return self.step >= self.cfg.total_steps or self.best_return >= self.cfg.stop_at_return
+
     def _elapsed(self) -> float:
         return time.perf_counter() - self._t0
 
@@ -244,7 +249,7 @@ class DirectTrainer:
                     _, self.pending = self.runner.run_until_stopped(self.pending, self.stop)
                     if self.pending is None:
                         self._periodic(logger, bar)
-                while self.step < cfg.total_steps and not self.stop.is_set():
+                while not self.finished and not self.stop.is_set():
                     metrics = self.env_step()
                     bar.update(1)
                     if "train/episode_return" in metrics:
@@ -262,7 +267,7 @@ class DirectTrainer:
                     self._periodic(logger, bar)
         finally:
             bar.close()
-        if self.stop.is_set() and (self.step < cfg.total_steps or self.pending is not None):
+        if self.stop.is_set() and (not self.finished or self.pending is not None):
             self.save()
             self.export(self.run_dir / "policy.onnx")
             logger.close()
@@ -301,9 +306,13 @@ class DirectTrainer:
                            "normalised": norm, "wall_s": self.wall_offset + self._elapsed()})
         if bar is not None:
             bar.write(f"step {self.step}: eval return {mean:.1f} +- {std:.1f} (normalised {norm:.3f})")
-        if self.cfg.keep_best and mean > self.best_return:  # RL curves dip: keep the best policy seen
+        if mean > self.best_return:
             self.best_return = mean
-            self.export(self.run_dir / "policy_best.onnx")
+            if self.cfg.keep_best:  # RL curves dip: keep the best policy seen
+                self.export(self.run_dir / "policy_best.onnx")
+            if mean >= self.cfg.stop_at_return and bar is not None:
+                bar.write(f"step {self.step}: evaluation reached stop_at_return={self.cfg.stop_at_return:g}; "
+                          "the run ends here")
         self._last_eval, self._last_eval_step = (mean, std), self.step
         return mean, std
 

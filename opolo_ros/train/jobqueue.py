@@ -15,6 +15,9 @@ Queue file (YAML)::
         command: .venv/bin/python bench/suite.py --tasks HalfCheetah-v5 --variants opolo --seeds 0
       - name: walker_expert
         command: [.venv/bin/opolo-ros, train-expert, --config, config/experts/Walker2d-v5.yaml]
+      - name: walker_ship
+        command: .venv/bin/python bench/ship_expert.py --task Walker2d-v5
+        after: walker_expert                # starts once that job is done (exited 0)
 
 State lives in `--state-dir` (default: `runs/queue/<queue file stem>`): `<name>.log` (the job's
 stdout and stderr, appended), `<name>.pid` while it runs, `<name>.done` once it exited 0,
@@ -41,12 +44,14 @@ from opolo_ros.errors import one_line
 
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 INTERRUPTED = 130
+REQUIRED = {"name", "command"}
 
 
 @dataclass(frozen=True)
 class Job:
     name: str
     command: tuple[str, ...]
+    after: tuple[str, ...] = ()  # jobs that must be done before this one starts
 
 
 def load_queue(path: str | Path) -> list[Job]:
@@ -61,9 +66,10 @@ def load_queue(path: str | Path) -> list[Job]:
     jobs: list[Job] = []
     for k, entry in enumerate(data["jobs"]):
         where = f"{path}: jobs[{k}]"
-        if not isinstance(entry, dict) or set(entry) != {"name", "command"}:
-            raise ValueError(f"{where}: expected exactly the keys 'name' and 'command', got {entry!r}")
-        name, command = entry["name"], entry["command"]
+        if not isinstance(entry, dict) or not REQUIRED <= set(entry) <= REQUIRED | {"after"}:
+            raise ValueError(f"{where}: expected the keys 'name', 'command' and optionally 'after', "
+                             f"got {entry!r}")
+        name, command, after = entry["name"], entry["command"], entry.get("after", [])
         if not isinstance(name, str) or not NAME.match(name):
             raise ValueError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-'")
         if isinstance(command, str):
@@ -76,7 +82,16 @@ def load_queue(path: str | Path) -> list[Job]:
             raise ValueError(f"{where}: empty command")
         if any(j.name == name for j in jobs):
             raise ValueError(f"{where}: duplicate name {name!r}")
-        jobs.append(Job(name, tuple(argv)))
+        if isinstance(after, str):
+            after = [after]
+        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+            raise ValueError(f"{where}: after must be a job name or a list of them, got {after!r}")
+        jobs.append(Job(name, tuple(argv), tuple(after)))
+    names = {j.name for j in jobs}
+    for job in jobs:
+        unknown = [a for a in job.after if a not in names or a == job.name]
+        if unknown:
+            raise ValueError(f"{path}: job {job.name!r} comes after {unknown}, which is not another job here")
     return jobs
 
 
@@ -136,8 +151,14 @@ class JobQueue:
 
     def status_lines(self) -> list[str]:
         width = max(len(j.name) for j in self.jobs)
-        return [f"{j.name:<{width}}  {self.state(j):<20}  {last_progress(self._file(j, 'log'))[-100:]}"
-                for j in self.jobs]
+        lines = []
+        for j in self.jobs:
+            state = self.state(j)
+            waits = [a for a in j.after if self.state(next(k for k in self.jobs if k.name == a)) != "done"]
+            if state == "pending" and waits:
+                state = f"after {', '.join(waits)}"
+            lines.append(f"{j.name:<{width}}  {state:<20}  {last_progress(self._file(j, 'log'))[-100:]}")
+        return lines
 
     def _start(self, job: Job) -> subprocess.Popen:
         argv = ["nice", "-n", str(self.nice), *job.command] if self.nice else list(job.command)
@@ -175,7 +196,9 @@ class JobQueue:
                 if one_line(err) != self._reload_error:
                     self._reload_error = one_line(err)
                     self.log(f"queue: {self._reload_error}; keeping the jobs read before")
-        return next((j for j in self.jobs if j.name not in tried and self.state(j) != "done"), None)
+        done = {j.name for j in self.jobs if self.state(j) == "done"}
+        return next((j for j in self.jobs if j.name not in tried and j.name not in done
+                     and set(j.after) <= done), None)
 
     def run(self, stop: threading.Event) -> int:
         """Run every job not done yet; 0 when all are done, 130 when stopped, else 1."""

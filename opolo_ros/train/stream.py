@@ -107,6 +107,7 @@ class StreamTrainer:
         self.random_return = math.nan
         self.result: TrainResult | None = None
         self.last_eval: tuple[int, float, float] = (-1, math.nan, math.nan)
+        self.best_return = -math.inf
         self._wall_offset = 0.0
         self._t0 = time.perf_counter()
         self.logger: RunLogger | None = None
@@ -150,7 +151,8 @@ class StreamTrainer:
 
     @property
     def done(self) -> bool:
-        return self.step >= self.cfg.total_steps
+        """All `total_steps` consumed, or an evaluation reached `stop_at_return`."""
+        return self.step >= self.cfg.total_steps or self.best_return >= self.cfg.stop_at_return
 
     @property
     def policy_path(self) -> Path:
@@ -340,6 +342,10 @@ class StreamTrainer:
         else:
             self.hooks.log.info(line)
         self.last_eval = (self.step, mean, std)
+        if mean > self.best_return:
+            self.best_return = mean
+            if cfg.keep_best:  # as the direct loop: the best policy seen, beside the newest
+                self.export(self.run_dir / "policy_best.onnx")
         return mean, std
 
     def _interruptible(self, policy: PolicyCall) -> PolicyCall:
@@ -361,7 +367,7 @@ class StreamTrainer:
             "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
             "wall": self._elapsed(), "source": CHECKPOINT_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
-            "periodic_due": self._periodic_due,
+            "periodic_due": self._periodic_due, "best_return": self.best_return,
         })
         if self.journal is not None:
             self.journal.truncate(self.step)
@@ -384,6 +390,7 @@ class StreamTrainer:
         pending = state.get("pending")
         self.pending = Plan(**pending) if pending else None
         self._periodic_due = bool(state.get("periodic_due", False))
+        self.best_return = state.get("best_return", -math.inf)
 
     def checkpoint_if_stopped(self) -> bool:
         """After a stop request cut the run short: write the checkpoint; True when one was written."""

@@ -1,0 +1,82 @@
+"""Ship a trained expert once it meets its target: the ONNX model, 4 demonstrations, its eval log, the table.
+
+    .venv/bin/python bench/ship_expert.py --task Walker2d-v5     (model: runs/experts/<task>/policy_best.onnx)
+
+1. evaluates a copy of the model (`opolo-ros evaluate --episodes 10 --stamp`, seeds 10000..10009);
+2. below the task's target (bench/experts_table.py): prints the figure, changes nothing, exits 1;
+3. else: models/experts/<task>.onnx (stamped), 4 episodes recorded with `opolo-ros record` into
+   models/demos/<task>/ (MCAP), the run's eval.csv into bench/results/experts/<task>_eval.csv, and
+   models/experts/README.md regenerated. Committing them is left to you.
+An expert already shipped is kept unless `--replace` is given. Exit 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import experts_table
+
+from opolo_ros import cli
+from opolo_ros.export.onnx_policy import load_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--task", required=True, choices=sorted(experts_table.TARGETS))
+    p.add_argument("--model", help="candidate ONNX (default: runs/experts/<task>/policy_best.onnx)")
+    p.add_argument("--episodes", type=int, default=10, help="evaluation episodes")
+    p.add_argument("--demos", type=int, default=4, help="demonstration episodes to record")
+    p.add_argument("--replace", action="store_true", help="replace an expert and demos shipped before")
+    args = p.parse_args(argv)
+
+    task, target = args.task, experts_table.TARGETS[args.task]
+    source = Path(args.model) if args.model else ROOT / "runs" / "experts" / task / "policy_best.onnx"
+    model, demos = ROOT / "models" / "experts" / f"{task}.onnx", ROOT / "models" / "demos" / task
+    if not source.is_file():
+        print(f"ship_expert: error: no model at {source}", file=sys.stderr)
+        return 2
+    trained_on = load_policy(source).metadata.env_id
+    if trained_on != task:
+        print(f"ship_expert: error: {source} is a policy for {trained_on}, not {task}", file=sys.stderr)
+        return 2
+    if (model.exists() or demos.exists()) and not args.replace:
+        print(f"ship_expert: error: {task} is shipped already ({model}, {demos}); --replace to replace it",
+              file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        candidate = Path(tmp) / model.name
+        shutil.copyfile(source, candidate)
+        status = cli.main(["evaluate", str(candidate), "--episodes", str(args.episodes), "--stamp"])
+        if status:
+            return status
+        mean = float(load_policy(candidate).metadata.extra["eval_return_mean"])
+        if mean < target:
+            print(f"ship_expert: {task}: {source} returns {mean:.1f}, below the target {target}; "
+                  "nothing shipped")
+            return 1
+        if args.replace:
+            model.unlink(missing_ok=True)
+            shutil.rmtree(demos, ignore_errors=True)
+        model.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(candidate, model)
+    status = cli.main(["record", "--model", str(model), "--episodes", str(args.demos),
+                       "--output", str(demos)])
+    if status:
+        return status
+    log = source.parent / "eval.csv"
+    if log.is_file():
+        shutil.copyfile(log, ROOT / "bench" / "results" / "experts" / f"{task}_eval.csv")
+    experts_table.main()
+    print(f"ship_expert: {task} shipped ({mean:.1f} >= {target}); commit {model.relative_to(ROOT)}, "
+          f"{demos.relative_to(ROOT)}/, bench/results/experts/{task}_eval.csv and models/experts/README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
