@@ -205,3 +205,17 @@ def test_bad_parameters_are_refused(tmp_path: Path) -> None:
         JobQueue([Job("a", ("true",))], tmp_path, parallel=0)
     with pytest.raises(ValueError, match="nice"):
         JobQueue([Job("a", ("true",))], tmp_path, nice=25)
+
+
+def test_a_job_left_running_by_a_killed_queue_is_not_started_twice(tmp_path: Path, job_script: Path) -> None:
+    jobs = [job(job_script, tmp_path, "long", seconds=60)]
+    first = JobQueue(jobs, tmp_path / "state", poll_s=0.05, log=lambda _: None)
+    first.state_dir.mkdir()
+    proc = first._start(jobs[0])  # as if the queue that started it had been killed
+    try:
+        expect = rf"job long is running already \(pid {proc.pid}: .*`kill -TERM -- -{proc.pid}`"
+        with pytest.raises(ValueError, match=expect):
+            JobQueue(jobs, tmp_path / "state", poll_s=0.05, log=lambda _: None).run(threading.Event())
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -205,8 +205,10 @@ class JobQueue:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for job in self.jobs:
             if self.state(job).startswith("running"):
-                raise ValueError(f"{job.name} is already running ({self.state(job)}): "
-                                 "another queue on this state folder?")
+                pid = self._file(job, "pid").read_text().split()[0]
+                raise ValueError(f"job {job.name} is running already (pid {pid}: another queue on "
+                                 f"{self.state_dir}, or left by one that was killed); wait for it or stop "
+                                 f"it with `kill -TERM -- -{pid}`")
         done = sum(self.state(j) == "done" for j in self.jobs)
         self.log(f"queue: {done} of {len(self.jobs)} jobs done, {len(self.jobs) - done} to run, "
                  f"{self.parallel} at a time")
