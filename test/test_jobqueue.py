@@ -164,7 +164,8 @@ def test_a_job_waits_for_the_jobs_it_comes_after(tmp_path: Path, job_script: Pat
     queue = JobQueue([train, ship, other], tmp_path / "state", parallel=2, poll_s=0.05, log=lambda _: None)
     assert queue.status_lines()[1].split()[:3] == ["ship", "after", "train"]
     assert queue.run(threading.Event()) == 0
-    assert [n for n, _ in starts(tmp_path)] == ["train", "other", "ship"]
+    runs = [n for n, _ in starts(tmp_path)]
+    assert sorted(runs[:2]) == ["other", "train"] and runs[2:] == ["ship"]  # the first two start together
 
     failing = Job("train2", job(job_script, tmp_path, "train2", rc=1).command)
     blocked = Job("ship2", job(job_script, tmp_path, "ship2").command, after=("train2",))
