@@ -7,7 +7,7 @@
 3. else: models/experts/<task>.onnx (stamped), 4 episodes recorded with `opolo-ros record` into
    models/demos/<task>/ (MCAP), the run's eval.csv into bench/results/experts/<task>_eval.csv, and
    models/experts/README.md regenerated. Committing them is left to you.
-An expert already shipped is kept unless `--replace` is given. Exit 2 on bad input.
+An expert already shipped is kept (exit 0) unless `--replace` is given. Exit 2 on bad input.
 """
 
 from __future__ import annotations
@@ -46,11 +46,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ship_expert: error: {source} is a policy for {trained_on}, not {task}", file=sys.stderr)
         return 2
     if (model.exists() or demos.exists()) and not args.replace:
-        print(f"ship_expert: error: {task} is shipped already ({model}, {demos}); --replace to replace it",
-              file=sys.stderr)
+        if model.exists() and demos.exists():
+            print(f"ship_expert: {task} is shipped already ({model}, {demos}); --replace to replace it")
+            return 0
+        print(f"ship_expert: error: {task} is half shipped ({model} and {demos} should both exist); "
+              "--replace to ship it again", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        candidate = Path(tmp) / model.name
+        candidate, recorded = Path(tmp) / model.name, Path(tmp) / task  # the bag is named after it
         shutil.copyfile(source, candidate)
         status = cli.main(["evaluate", str(candidate), "--episodes", str(args.episodes), "--stamp"])
         if status:
@@ -60,15 +63,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ship_expert: {task}: {source} returns {mean:.1f}, below the target {target}; "
                   "nothing shipped")
             return 1
+        status = cli.main(["record", "--model", str(candidate), "--episodes", str(args.demos),
+                           "--output", str(recorded)])
+        if status:
+            return status
+        # Both in place only once both exist: an interrupted ship leaves nothing half done but
+        # these two moves (then: --replace).
         if args.replace:
             model.unlink(missing_ok=True)
             shutil.rmtree(demos, ignore_errors=True)
         model.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(candidate, model)
-    status = cli.main(["record", "--model", str(model), "--episodes", str(args.demos),
-                       "--output", str(demos)])
-    if status:
-        return status
+        demos.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(recorded, demos)
+        shutil.move(candidate, model)
     log = source.parent / "eval.csv"
     if log.is_file():
         shutil.copyfile(log, ROOT / "bench" / "results" / "experts" / f"{task}_eval.csv")

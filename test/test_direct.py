@@ -232,3 +232,11 @@ def test_a_run_ends_early_once_an_evaluation_reaches_stop_at_return(tmp_path, de
     assert stream.done and stream.step == 100 and stream.best_return >= -1e9
     assert stream.finish().env_steps == 100 and (tmp_path / "stream" / "policy_best.onnx").is_file()
     stream.close()
+    again = StreamTrainer(stream_cfg, policy_every=cfg.total_steps, hooks=hooks)
+    again.start(None, resume=True, journal=False, journal_fsync=False)
+    assert again.done and again.finish().env_steps == 100
+    again.close()
+    assert len((tmp_path / "stream" / "eval.csv").read_text().splitlines()) == 2  # not evaluated again
+
+    with pytest.raises(ValueError, match="'stop_at_return' .* needs evaluations: set 'eval_every' > 0"):
+        small_cfg(tmp_path, demos, "td3", eval_every=0, stop_at_return=100.0)

@@ -133,6 +133,8 @@ def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_scri
     ("jobs: [{name: a, command: x, after: [b]}]", r"comes after \['b'\], which is not another job"),
     ("jobs: [{name: a, command: x, after: a}]", "which is not another job"),
     ("jobs: [{name: a, command: x, after: {b: 1}}]", "a job name or a list"),
+    ("jobs: [{name: a, command: x, after: c}, {name: b, command: y, after: a}, "
+     "{name: c, command: z, after: b}]", "wait for each other in a circle: a -> c -> b -> a"),
     ("jobs: [{name: 'a b', command: x}]", "must be letters"),
     ("jobs: [{name: a, command: ''}]", "empty command"),
     ("jobs: [{name: a, command: {x: 1}}]", "string or a list"),
@@ -174,7 +176,9 @@ def test_a_job_waits_for_the_jobs_it_comes_after(tmp_path: Path, job_script: Pat
     assert "ship2" not in [n for n, _ in starts(tmp_path)]
 
 
-def test_command_stops_on_sigterm_with_its_jobs_and_reports_status(tmp_path: Path, job_script: Path) -> None:
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_command_stops_on_a_signal_with_its_jobs_and_reports_status(tmp_path: Path, job_script: Path,
+                                                                    signame: str) -> None:
     queue_file = tmp_path / "q.yaml"
     queue_file.write_text("jobs:\n" + "".join(
         f"  - {{name: {n}, command: [{sys.executable}, {job_script}, {n}, {tmp_path}, 60, 0]}}\n"
@@ -185,14 +189,14 @@ def test_command_stops_on_sigterm_with_its_jobs_and_reports_status(tmp_path: Pat
     deadline = time.monotonic() + 60
     while not starts(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.1)
-    job_pid = int((state / "first.pid").read_text())
+    job_pid = int((state / "first.pid").read_text().split()[0])
     assert os.getpriority(os.PRIO_PROCESS, job_pid) >= 3
     status = subprocess.run([OPOLO_ROS, "queue", str(queue_file), "--status", "--state-dir", str(state)],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     assert status[0].split()[:3] == ["first", "running", "(pid"] and "first: step 1/2" in status[0]
     assert status[1].split()[:2] == ["second", "pending"]
 
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, signame))
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130, out
     assert (tmp_path / "first.checkpoint").exists()
@@ -220,3 +224,39 @@ def test_a_job_left_running_by_a_killed_queue_is_not_started_twice(tmp_path: Pat
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_a_command_that_cannot_start_is_a_failed_job_not_a_crash(tmp_path: Path, job_script: Path) -> None:
+    jobs = [Job("typo", ("no-such-command-here", "--x")), job(job_script, tmp_path, "next")]
+    queue = JobQueue(jobs, tmp_path / "state", parallel=1, poll_s=0.05, log=lambda _: None)
+    assert queue.run(threading.Event()) == 1
+    assert queue.state(jobs[0]) == "exit 127" and queue.state(jobs[1]) == "done"
+    log = (tmp_path / "state" / "typo.log").read_text()
+    assert "cannot start the command: [Errno 2] No such file or directory" in log
+
+
+@pytest.mark.parametrize("content", ["", "12", "abc 5", f"{os.getpid()} 1"])
+def test_an_unreadable_or_stale_pid_file_is_not_a_running_job(tmp_path: Path, content: str) -> None:
+    """Half-written, or naming a live pid with another start time (a pid reused after a reboot)."""
+    queue = JobQueue([Job("a", ("true",))], tmp_path, poll_s=0.05, log=lambda _: None)
+    (tmp_path / "a.pid").write_text(content)
+    assert queue.state(queue.jobs[0]) == "pending"
+    assert queue.run(threading.Event()) == 0 and queue.state(queue.jobs[0]) == "done"
+
+
+def test_one_queue_per_state_folder_and_file(tmp_path: Path) -> None:
+    from opolo_ros.train.jobqueue import run_queue
+    from opolo_ros.train.runlock import RunFolderInUse, RunFolderLock
+
+    for name in ("one.yaml", "two.yaml"):
+        (tmp_path / name).write_text("jobs: [{name: a, command: 'true'}]")
+    state = tmp_path / "state"
+    held = RunFolderLock(state).acquire()
+    expect = rf"queue state folder .*state is in use by another queue \(pid {os.getpid()}\)"
+    with pytest.raises(RunFolderInUse, match=expect):
+        run_queue(JobQueue(load_queue(tmp_path / "one.yaml"), state, source=tmp_path / "one.yaml"))
+    held.release()
+    assert run_queue(JobQueue(load_queue(tmp_path / "one.yaml"), state, poll_s=0.05, log=lambda _: None,
+                              source=tmp_path / "one.yaml")) == 0
+    with pytest.raises(ValueError, match=r"holds the jobs of .*one.yaml, not .*two.yaml"):
+        run_queue(JobQueue(load_queue(tmp_path / "two.yaml"), state, source=tmp_path / "two.yaml"))

@@ -249,6 +249,9 @@ def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any]
         cfg = update_dataclass(cfg, run_section(read_yaml(path), path))
     if overrides:
         cfg = update_dataclass(cfg, overrides)
+    if math.isfinite(cfg.stop_at_return) and cfg.eval_every <= 0:
+        raise ValueError(f"config 'stop_at_return' ({cfg.stop_at_return:g}) needs evaluations: "
+                         "set 'eval_every' > 0")
     return cfg
 
 

@@ -15,7 +15,8 @@ Subscribes ``/opolo/demonstrations`` and ``/opolo/replay``; callbacks only enque
    transitions, an ONNX export to ``<run_dir>/policy.onnx`` that this node publishes;
 4. after each replay batch publishes ``/opolo/learner_progress`` (critic gradient steps, transitions
    consumed, per-source acknowledgement) -- the flow control of the sim bridges;
-5. after ``total_steps`` transitions: final evaluation, checkpoint, export, learning-curve PNG;
+5. after ``total_steps`` transitions (or at the first evaluation that reaches ``stop_at_return``):
+   final evaluation, checkpoint, export, learning-curve PNG;
    then the node is finished (``opolo-ros launch`` and ``ros2 launch`` end the run with it).
 
 Crashes and stops

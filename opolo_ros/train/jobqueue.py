@@ -44,6 +44,7 @@ from opolo_ros.errors import one_line
 
 NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 INTERRUPTED = 130
+CANNOT_START = 127  # as a shell reports a command it cannot run
 REQUIRED = {"name", "command"}
 
 
@@ -92,17 +93,55 @@ def load_queue(path: str | Path) -> list[Job]:
         unknown = [a for a in job.after if a not in names or a == job.name]
         if unknown:
             raise ValueError(f"{path}: job {job.name!r} comes after {unknown}, which is not another job here")
+    cycle = _cycle({j.name: j.after for j in jobs})
+    if cycle:
+        raise ValueError(f"{path}: jobs wait for each other in a circle: {' -> '.join(cycle)}")
     return jobs
 
 
-def _pid_alive(pid: int) -> bool:
+def _cycle(after: dict[str, tuple[str, ...]]) -> list[str]:
+    """A circle of `after` relations (its names, the first repeated at the end), or []."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: checked
+
+    def visit(name: str, path: list[str]) -> list[str]:
+        state[name] = 1
+        for dep in after[name]:
+            if state.get(dep) == 1:
+                return [*path[path.index(dep):], name, dep] if dep in path else [name, dep]
+            if dep not in state:
+                found = visit(dep, [*path, name])
+                if found:
+                    return found
+        state[name] = 2
+        return []
+
+    for name in after:
+        if name not in state:
+            found = visit(name, [])
+            if found:
+                return found
+    return []
+
+
+def _start_time(pid: int) -> str:
+    """The kernel's start time of a process (field 22 of /proc/PID/stat), "" when there is none:
+    with the pid it names one process, so a pid reused after a reboot is not taken for a job."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2:].split()[19]
+
+
+def _job_pid(pid_file: Path) -> int | None:
+    """The pid of the job a pid file names while that very process still runs, else None (an
+    unreadable or half-written file, a process that ended, a pid now used by another process)."""
+    try:
+        pid_text, started = pid_file.read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    return pid if _start_time(pid) == started else None
 
 
 def last_progress(log: Path, max_bytes: int = 4096) -> str:
@@ -139,11 +178,9 @@ class JobQueue:
         """done | running (pid N) | exit N (stopped or failed, runs again) | pending."""
         if self._file(job, "done").exists():
             return "done"
-        pid_file = self._file(job, "pid")
-        if pid_file.exists():
-            pid = int(pid_file.read_text().split()[0])
-            if _pid_alive(pid):
-                return f"running (pid {pid})"
+        pid = _job_pid(self._file(job, "pid"))
+        if pid is not None:
+            return f"running (pid {pid})"
         exit_file = self._file(job, "exit")
         if exit_file.exists():
             return f"exit {exit_file.read_text().strip()}"
@@ -160,30 +197,34 @@ class JobQueue:
             lines.append(f"{j.name:<{width}}  {state:<20}  {last_progress(self._file(j, 'log'))[-100:]}")
         return lines
 
-    def _start(self, job: Job) -> subprocess.Popen:
+    def _start(self, job: Job) -> subprocess.Popen | None:
+        """Start a job; None (said in its log) when its command cannot be started at all."""
         argv = ["nice", "-n", str(self.nice), *job.command] if self.nice else list(job.command)
         with self._file(job, "log").open("ab") as out:
             out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {shlex.join(job.command)}\n".encode())
             out.flush()
-            # Its own session: a terminal's Ctrl-C reaches the queue only, which passes it on once.
-            proc = subprocess.Popen(argv, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self._file(job, "pid").write_text(f"{proc.pid}\n")
+            try:
+                # Its own session: a terminal's Ctrl-C reaches the queue only, which passes it on once.
+                proc = subprocess.Popen(argv, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as err:
+                out.write(f"queue: cannot start the command: {one_line(err)}\n".encode())
+                return None
+        self._file(job, "pid").write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
         self.log(f"queue: started {job.name} (pid {proc.pid})")
         return proc
 
-    def _finish(self, job: Job, rc: int) -> bool:
-        """Record how a job ended; True when it failed (not done, not stopped by a signal)."""
+    def _finish(self, job: Job, rc: int) -> None:
+        """Record how a job ended."""
         self._file(job, "pid").unlink(missing_ok=True)
         if rc == 0:
             self._file(job, "exit").unlink(missing_ok=True)
             self._file(job, "done").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
             self.log(f"queue: {job.name} done")
-            return False
+            return
         self._file(job, "exit").write_text(f"{rc}\n")
         why = "stopped" if rc in (INTERRUPTED, -signal.SIGTERM, -signal.SIGINT) else "FAILED"
         self.log(f"queue: {job.name} {why} with exit status {rc} (see {self._file(job, 'log')})")
-        return why == "FAILED"
 
     def _next(self, tried: set[str]) -> Job | None:
         """The first job neither done nor started by this run, from the queue file as it is now
@@ -201,11 +242,12 @@ class JobQueue:
                      and set(j.after) <= done), None)
 
     def run(self, stop: threading.Event) -> int:
-        """Run every job not done yet; 0 when all are done, 130 when stopped, else 1."""
+        """Run every job not done yet; 0 when all are done, 130 when stopped, else 1 (a job failed,
+        was stopped from outside, or waits for one that is not done)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for job in self.jobs:
-            if self.state(job).startswith("running"):
-                pid = self._file(job, "pid").read_text().split()[0]
+            pid = _job_pid(self._file(job, "pid"))
+            if pid is not None:
                 raise ValueError(f"job {job.name} is running already (pid {pid}: another queue on "
                                  f"{self.state_dir}, or left by one that was killed); wait for it or stop "
                                  f"it with `kill -TERM -- -{pid}`")
@@ -213,7 +255,6 @@ class JobQueue:
         self.log(f"queue: {done} of {len(self.jobs)} jobs done, {len(self.jobs) - done} to run, "
                  f"{self.parallel} at a time")
         tried: set[str] = set()
-        failed = False
         signalled: set[str] = set()
         while True:
             while not stop.is_set() and len(self._running) < self.parallel:
@@ -221,7 +262,11 @@ class JobQueue:
                 if job is None:
                     break
                 tried.add(job.name)
-                self._running[job.name] = (job, self._start(job))
+                proc = self._start(job)
+                if proc is None:
+                    self._finish(job, CANNOT_START)
+                else:
+                    self._running[job.name] = (job, proc)
             if stop.is_set():
                 for name, (_, proc) in self._running.items():
                     if name not in signalled:
@@ -231,7 +276,7 @@ class JobQueue:
                 rc = proc.poll()
                 if rc is not None:
                     del self._running[name]
-                    failed |= self._finish(job, rc)
+                    self._finish(job, rc)
             if not self._running and (stop.is_set() or self._next(tried) is None):
                 break
             if stop.is_set():
@@ -240,10 +285,10 @@ class JobQueue:
                 stop.wait(self.poll_s)
         if stop.is_set():
             return INTERRUPTED
-        return 1 if failed else 0
+        return 0 if all(self.state(j) == "done" for j in self.jobs) else 1
 
     def interrupt_again(self) -> None:
-        """SIGTERM again to every running job (a job's own second signal skips its clean-up wait)."""
+        """SIGTERM again to every running job."""
         for _, proc in list(self._running.values()):
             self._signal(proc, signal.SIGTERM)
 
@@ -256,11 +301,16 @@ class JobQueue:
 
 
 def run_queue(queue: JobQueue) -> int:
-    """`queue.run` in the foreground, stopped by SIGINT/SIGTERM; writes `queue.pid` while it runs.
+    """`queue.run` in the foreground, stopped by SIGINT/SIGTERM/SIGHUP; one queue per state folder.
 
-    The first signal stops the queue (each job gets SIGTERM once); every further one is passed on
-    to the jobs again, which makes a job that is slow to write its checkpoint give up waiting.
+    The first signal stops the queue (each job gets SIGTERM once and writes its checkpoint); every
+    further one is passed on to the jobs again, and a training job stopped twice ends at once,
+    without that last checkpoint (its periodic one, written atomically, stays). SIGHUP counts as a
+    stop too: a dropped terminal must not leave jobs running that no queue watches. `queue.pid`
+    names the queue while it runs; `queue_file` records which file the folder's job states belong to.
     """
+    from opolo_ros.train.runlock import RunFolderLock
+
     stop = threading.Event()
 
     def handler(_signum: int, _frame: FrameType | None) -> None:
@@ -268,13 +318,23 @@ def run_queue(queue: JobQueue) -> int:
             queue.interrupt_again()
         stop.set()
 
-    queue.state_dir.mkdir(parents=True, exist_ok=True)
-    pid_file = queue.state_dir / "queue.pid"
-    pid_file.write_text(f"{os.getpid()}\n")
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    lock = RunFolderLock(queue.state_dir, label="queue state folder", holder="queue").acquire()
     try:
-        return queue.run(stop)
+        if queue.source is not None:
+            owner, mine = queue.state_dir / "queue_file", str(queue.source.resolve())
+            if owner.exists() and owner.read_text().strip() != mine:
+                raise ValueError(f"queue state folder {queue.state_dir} holds the jobs of "
+                                 f"{owner.read_text().strip()}, not {mine}; choose another --state-dir")
+            owner.write_text(mine + "\n")
+        pid_file = queue.state_dir / "queue.pid"
+        pid_file.write_text(f"{os.getpid()}\n")
+        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {sig: signal.signal(sig, handler) for sig in signals}
+        try:
+            return queue.run(stop)
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+            pid_file.unlink(missing_ok=True)
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        pid_file.unlink(missing_ok=True)
+        lock.release()

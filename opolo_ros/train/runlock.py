@@ -18,8 +18,12 @@ class RunFolderInUse(OSError):
 
 
 class RunFolderLock:
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, *, label: str = "run folder",
+                 holder: str = "training process") -> None:
+        """`label` / `holder` name the folder and its owner in the error (another use: a queue's
+        state folder, held by a queue)."""
         self.path = Path(run_dir) / ".lock"
+        self.label, self.holder = label, holder
         self._fd: int | None = None
 
     def acquire(self) -> RunFolderLock:
@@ -33,8 +37,8 @@ class RunFolderLock:
         except BlockingIOError:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise RunFolderInUse(f"run folder {self.path.parent} is in use by another training process "
-                                 f"(pid {owner}); stop it first or choose another run_dir") from None
+            raise RunFolderInUse(f"{self.label} {self.path.parent} is in use by another {self.holder} "
+                                 f"(pid {owner}); stop it first or choose another folder") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

@@ -133,6 +133,9 @@ class StreamTrainer:
             self._restore()
             self.hooks.log.info(f"resumed from {self.checkpoint_path} at {self.step} transitions")
         self._backlog = self._open_journal(journal, journal_fsync, resume)
+        if math.isfinite(cfg.stop_at_return) and is_mjcf(cfg.env_id):
+            self.hooks.log.warning(f"stop_at_return={cfg.stop_at_return:g} has no effect: an MJCF task "
+                                   "has no return to evaluate")
         if math.isnan(self.random_return) and not is_mjcf(cfg.env_id):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
         self.logger = RunLogger(self.run_dir)
@@ -346,6 +349,9 @@ class StreamTrainer:
             self.best_return = mean
             if cfg.keep_best:  # as the direct loop: the best policy seen, beside the newest
                 self.export(self.run_dir / "policy_best.onnx")
+            if mean >= cfg.stop_at_return:
+                self.hooks.log.info(f"step {self.step}: evaluation reached stop_at_return="
+                                    f"{cfg.stop_at_return:g}; the run ends here")
         return mean, std
 
     def _interruptible(self, policy: PolicyCall) -> PolicyCall:
@@ -367,7 +373,7 @@ class StreamTrainer:
             "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
             "wall": self._elapsed(), "source": CHECKPOINT_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
-            "periodic_due": self._periodic_due, "best_return": self.best_return,
+            "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
         })
         if self.journal is not None:
             self.journal.truncate(self.step)
@@ -391,6 +397,8 @@ class StreamTrainer:
         self.pending = Plan(**pending) if pending else None
         self._periodic_due = bool(state.get("periodic_due", False))
         self.best_return = state.get("best_return", -math.inf)
+        # a finished run started again reports its last evaluation instead of running another
+        self.last_eval = tuple(state.get("last_eval", self.last_eval))
 
     def checkpoint_if_stopped(self) -> bool:
         """After a stop request cut the run short: write the checkpoint; True when one was written."""
