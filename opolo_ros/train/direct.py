@@ -84,6 +84,24 @@ def prepare_demos(cfg: RunConfig, max_steps: int) -> list[Episode]:
     return episodes
 
 
+def run_finished(step: int, best_return: float, cfg: RunConfig) -> bool:
+    """All `total_steps` taken, or an evaluation reached `stop_at_return` (both trainers)."""
+    return step >= cfg.total_steps or best_return >= cfg.stop_at_return
+
+
+def note_evaluation(mean: float, best_return: float, cfg: RunConfig, step: int,
+                    export_best: Callable[[], object], say: Callable[[str], object]) -> float:
+    """The best evaluation return after `mean` (both trainers): when it improves, the policy goes to
+    policy_best.onnx (`keep_best`: RL curves dip) and reaching `stop_at_return` is said."""
+    if mean <= best_return:
+        return best_return
+    if cfg.keep_best:
+        export_best()
+    if mean >= cfg.stop_at_return:
+        say(f"step {step}: evaluation reached stop_at_return={cfg.stop_at_return:g}; the run ends here")
+    return mean
+
+
 class PolicyFn:
     """Deterministic env-unit policy for evaluation, from the learner's actor."""
 
@@ -170,8 +188,7 @@ class DirectTrainer:
     # ------------------------------------------------------------------ loop
     @property
     def finished(self) -> bool:
-        """All `total_steps` taken, or an evaluation reached `stop_at_return`."""
-        return self.step >= self.cfg.total_steps or self.best_return >= self.cfg.stop_at_return
+        return run_finished(self.step, self.best_return, self.cfg)
 
     def _elapsed(self) -> float:
         return time.perf_counter() - self._t0
@@ -306,13 +323,8 @@ class DirectTrainer:
                            "normalised": norm, "wall_s": self.wall_offset + self._elapsed()})
         if bar is not None:
             bar.write(f"step {self.step}: eval return {mean:.1f} +- {std:.1f} (normalised {norm:.3f})")
-        if mean > self.best_return:
-            self.best_return = mean
-            if self.cfg.keep_best:  # RL curves dip: keep the best policy seen
-                self.export(self.run_dir / "policy_best.onnx")
-            if mean >= self.cfg.stop_at_return and bar is not None:
-                bar.write(f"step {self.step}: evaluation reached stop_at_return={self.cfg.stop_at_return:g}; "
-                          "the run ends here")
+        self.best_return = note_evaluation(mean, self.best_return, self.cfg, self.step,
+                                           lambda: self.export(self.run_dir / "policy_best.onnx"), tqdm.write)
         self._last_eval, self._last_eval_step = (mean, std), self.step
         return mean, std
 

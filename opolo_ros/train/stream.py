@@ -40,7 +40,7 @@ from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
-from opolo_ros.train.direct import PolicyFn, TrainResult, seed_everything
+from opolo_ros.train.direct import PolicyFn, TrainResult, note_evaluation, run_finished, seed_everything
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
@@ -154,8 +154,7 @@ class StreamTrainer:
 
     @property
     def done(self) -> bool:
-        """All `total_steps` consumed, or an evaluation reached `stop_at_return`."""
-        return self.step >= self.cfg.total_steps or self.best_return >= self.cfg.stop_at_return
+        return run_finished(self.step, self.best_return, self.cfg)
 
     @property
     def policy_path(self) -> Path:
@@ -345,13 +344,9 @@ class StreamTrainer:
         else:
             self.hooks.log.info(line)
         self.last_eval = (self.step, mean, std)
-        if mean > self.best_return:
-            self.best_return = mean
-            if cfg.keep_best:  # as the direct loop: the best policy seen, beside the newest
-                self.export(self.run_dir / "policy_best.onnx")
-            if mean >= cfg.stop_at_return:
-                self.hooks.log.info(f"step {self.step}: evaluation reached stop_at_return="
-                                    f"{cfg.stop_at_return:g}; the run ends here")
+        self.best_return = note_evaluation(mean, self.best_return, cfg, self.step,
+                                           lambda: self.export(self.run_dir / "policy_best.onnx"),
+                                           self.hooks.log.info)
         return mean, std
 
     def _interruptible(self, policy: PolicyCall) -> PolicyCall:
