@@ -35,8 +35,8 @@ seeds 10000..10009). Their 4 state-only demonstration episodes are in `models/de
 """
 
 
-def demo_returns(env_id: str) -> str:
-    folder = ROOT / "models" / "demos" / env_id
+def demo_returns(env_id: str, root: Path = ROOT) -> str:
+    folder = root / "models" / "demos" / env_id
     if not folder.is_dir():
         return "missing"
     returns = read_bag_metadata(folder).get("returns", "")
@@ -45,19 +45,20 @@ def demo_returns(env_id: str) -> str:
     return ", ".join(f"{r:.1f}" for r in yaml.safe_load(returns))
 
 
-def row(env_id: str, target: int) -> str:
-    path = ROOT / "models" / "experts" / f"{env_id}.onnx"
+def row(env_id: str, target: int, root: Path = ROOT) -> str:
+    path = root / "models" / "experts" / f"{env_id}.onnx"
     if not path.is_file():
-        return f"| {env_id} | >= {target} | missing | - | - | {demo_returns(env_id)} |"
+        return f"| {env_id} | >= {target} | missing | - | - | {demo_returns(env_id, root)} |"
     meta = load_policy(path).metadata
     mean, std = meta.extra.get("eval_return_mean", "?"), meta.extra.get("eval_return_std", "?")
     return (f"| {env_id} | >= {target} | {float(mean):.1f} +- {float(std):.1f} | {meta.training_step} | "
-            f"{meta.extra.get('seed', '?')} | {demo_returns(env_id)} |")
+            f"{meta.extra.get('seed', '?')} | {demo_returns(env_id, root)} |")
 
 
-def main() -> int:
-    text = HEADER + "\n".join(row(env_id, target) for env_id, target in TARGETS.items()) + "\n"
-    out = ROOT / "models" / "experts" / "README.md"
+def main(root: Path = ROOT) -> int:
+    """Rewrite <root>/models/experts/README.md (root: the project folder)."""
+    text = HEADER + "\n".join(row(env_id, target, root) for env_id, target in TARGETS.items()) + "\n"
+    out = root / "models" / "experts" / "README.md"
     out.write_text(text)
     print(text)
     return 0

@@ -33,11 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=10, help="evaluation episodes")
     p.add_argument("--demos", type=int, default=4, help="demonstration episodes to record")
     p.add_argument("--replace", action="store_true", help="replace an expert and demos shipped before")
+    p.add_argument("--root", type=Path, default=ROOT,
+                   help="project folder holding runs/, models/ and bench/results/ (default: this checkout)")
     args = p.parse_args(argv)
+    root = args.root
 
     task, target = args.task, experts_table.TARGETS[args.task]
-    source = Path(args.model) if args.model else ROOT / "runs" / "experts" / task / "policy_best.onnx"
-    model, demos = ROOT / "models" / "experts" / f"{task}.onnx", ROOT / "models" / "demos" / task
+    source = Path(args.model) if args.model else root / "runs" / "experts" / task / "policy_best.onnx"
+    model, demos = root / "models" / "experts" / f"{task}.onnx", root / "models" / "demos" / task
     if not source.is_file():
         print(f"ship_expert: error: no model at {source}", file=sys.stderr)
         return 2
@@ -78,10 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         shutil.move(candidate, model)
     log = source.parent / "eval.csv"
     if log.is_file():
-        shutil.copyfile(log, ROOT / "bench" / "results" / "experts" / f"{task}_eval.csv")
-    experts_table.main()
-    print(f"ship_expert: {task} shipped ({mean:.1f} >= {target}); commit {model.relative_to(ROOT)}, "
-          f"{demos.relative_to(ROOT)}/, bench/results/experts/{task}_eval.csv and models/experts/README.md")
+        results = root / "bench" / "results" / "experts"
+        results.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, results / f"{task}_eval.csv")
+    experts_table.main(root)
+    print(f"ship_expert: {task} shipped ({mean:.1f} >= {target}); commit {model.relative_to(root)}, "
+          f"{demos.relative_to(root)}/, bench/results/experts/{task}_eval.csv and models/experts/README.md")
     return 0
 
 
