@@ -158,7 +158,8 @@ def test_bad_observations_are_dropped_counted_and_never_reach_the_model(tmp_path
         for msg in bad.values():
             rig.send(msg)
         rig.send(good_message(GOOD[1], as_joint_state))
-        assert rig.spin_until(lambda: len(rig.commands) == 2 and rig.counts[-1:] == [len(bad)])
+        assert rig.spin_until(lambda: len(rig.commands) == 2 and rig.counts[-1:] == [len(bad)]), \
+            f"commands {rig.commands}, counts {rig.counts}"
     assert actor.rejected_observations == len(bad)
     assert actor.actions == 2 and actor.safe_commands == 0
     assert len(spy.inputs) == 2, "a bad observation reached the model"

@@ -6,7 +6,8 @@ action bounds are all inside it, so a robot needs only onnxruntime and numpy to 
 carries its metadata (dims, bounds, env id, training step, version, source) as ONNX `metadata_props`.
 
 Loading uses onnxruntime alone (torch and onnx are imported lazily by the exporter), so the actor node
-on a robot does not pay for importing torch.
+on a robot does not pay for importing torch; its hot swap by weight copy (graph_weights.py) parses
+models with onnx.
 """
 
 from __future__ import annotations
@@ -112,10 +113,16 @@ class OnnxPolicy:
 
     Single-threaded and sequential by default: a control loop wants low, steady latency, not throughput,
     and must not compete with the learner for cores. Spinning threads are off unless asked for.
+
+    With `owned_weights` (initializer name -> array, e.g. from :func:`split_weights`) the session
+    runs on those arrays instead of copies of the model's initializers, and neither folds
+    constants nor pre-packs weights: :meth:`write_weights` then changes the policy in place
+    (hot swap without a session build, :mod:`opolo_ros.nodes.session_pool`).
     """
 
     def __init__(self, model: bytes, *, origin: str = "<bytes>", expected_obs_dim: int | None = None,
-                 expected_act_dim: int | None = None, allow_spinning: bool = False) -> None:
+                 expected_act_dim: int | None = None, allow_spinning: bool = False,
+                 owned_weights: Mapping[str, np.ndarray] | None = None) -> None:
         self._bytes = bytes(model)
         self.origin = origin
         opts = ort.SessionOptions()
@@ -126,8 +133,18 @@ class OnnxPolicy:
         spin = "1" if allow_spinning else "0"
         opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
         opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        self._owned: dict[str, tuple[np.ndarray, ort.OrtValue]] = {}
+        extra: dict[str, Any] = {}
+        if owned_weights is not None:
+            opts.add_session_config_entry("session.disable_prepacking", "1")
+            extra["disabled_optimizers"] = ["ConstantFolding"]
+            for name, array in owned_weights.items():
+                value = ort.OrtValue.ortvalue_from_numpy(array)  # shares the array's memory
+                opts.add_initializer(name, value)
+                self._owned[name] = (array, value)
         try:
-            session = ort.InferenceSession(self._bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(self._bytes, sess_options=opts, providers=["CPUExecutionProvider"],
+                                           **extra)
         except Exception as exc:  # onnxruntime raises its own exception types for every kind of bad input
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise PolicyLoadError(f"{origin}: not a valid ONNX model ({detail})") from None
@@ -141,12 +158,7 @@ class OnnxPolicy:
     def _check_signature(self, session: ort.InferenceSession, expected_obs_dim: int | None,
                          expected_act_dim: int | None) -> None:
         meta, origin = self.metadata, self.origin
-        if expected_obs_dim is not None and meta.obs_dim != expected_obs_dim:
-            raise PolicyLoadError(f"{origin}: policy obs_dim is {meta.obs_dim}, expected {expected_obs_dim} "
-                                  f"(env {meta.env_id!r})")
-        if expected_act_dim is not None and meta.act_dim != expected_act_dim:
-            raise PolicyLoadError(f"{origin}: policy act_dim is {meta.act_dim}, expected {expected_act_dim} "
-                                  f"(env {meta.env_id!r})")
+        check_dims(meta, origin, expected_obs_dim, expected_act_dim)
         inputs, outputs = session.get_inputs(), session.get_outputs()
         if [i.name for i in inputs] != [INPUT_NAME] or OUTPUT_NAME not in [o.name for o in outputs]:
             raise PolicyLoadError(f"{origin}: graph must have one input {INPUT_NAME!r} and an output "
@@ -160,6 +172,26 @@ class OnnxPolicy:
             if len(shape) != 2 or isinstance(shape[0], int) or shape[1] != dim:
                 raise PolicyLoadError(f"{origin}: {arg.name!r} has shape {shape}, expected "
                                       f"[batch, {dim}] with a dynamic batch ({what} from metadata)")
+
+    @property
+    def owns_weights(self) -> bool:
+        return bool(self._owned)
+
+    def write_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Copy new values into the owned weights (same names, shapes and dtypes); the next run uses
+        them. Not while another thread runs this policy: the caller serialises the two."""
+        if not self._owned:
+            raise RuntimeError("write_weights needs a policy built with owned_weights")
+        if weights.keys() != self._owned.keys():
+            raise PolicyLoadError(f"{self.origin}: weights {sorted(weights)} do not match the graph's "
+                                  f"{sorted(self._owned)}")
+        for name, (array, _) in self._owned.items():
+            new = weights[name]
+            if new.shape != array.shape or new.dtype != array.dtype:
+                raise PolicyLoadError(f"{self.origin}: weight {name!r} is {new.dtype}{list(new.shape)}, "
+                                      f"the graph's is {array.dtype}{list(array.shape)}")
+        for name, (array, _) in self._owned.items():
+            np.copyto(array, weights[name])
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """Actions for `obs` of shape [obs_dim] (returns [act_dim]) or [B, obs_dim] (returns [B, act_dim])."""
@@ -231,10 +263,19 @@ class BoundPolicy:
         return self._action_row
 
 
-def load_policy(source: str | os.PathLike[str] | bytes | bytearray | memoryview, *,
-                expected_obs_dim: int | None = None, expected_act_dim: int | None = None,
-                allow_spinning: bool = False) -> OnnxPolicy:
-    """Load a policy from a file path or from model bytes (any buffer, e.g. a ROS uint8[] array)."""
+def check_dims(meta: PolicyMetadata, origin: str, expected_obs_dim: int | None,
+               expected_act_dim: int | None) -> None:
+    """PolicyLoadError unless the metadata's dims are the expected ones (None: any)."""
+    if expected_obs_dim is not None and meta.obs_dim != expected_obs_dim:
+        raise PolicyLoadError(f"{origin}: policy obs_dim is {meta.obs_dim}, expected {expected_obs_dim} "
+                              f"(env {meta.env_id!r})")
+    if expected_act_dim is not None and meta.act_dim != expected_act_dim:
+        raise PolicyLoadError(f"{origin}: policy act_dim is {meta.act_dim}, expected {expected_act_dim} "
+                              f"(env {meta.env_id!r})")
+
+
+def read_model(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> tuple[bytes, str]:
+    """(model bytes, origin for messages) from a file path or any buffer; PolicyLoadError if none."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
@@ -248,6 +289,14 @@ def load_policy(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
         data, origin = bytes(memoryview(source)), "<bytes>"
     if not data:
         raise PolicyLoadError(f"{origin}: empty policy model")
+    return data, origin
+
+
+def load_policy(source: str | os.PathLike[str] | bytes | bytearray | memoryview, *,
+                expected_obs_dim: int | None = None, expected_act_dim: int | None = None,
+                allow_spinning: bool = False) -> OnnxPolicy:
+    """Load a policy from a file path or from model bytes (any buffer, e.g. a ROS uint8[] array)."""
+    data, origin = read_model(source)
     return OnnxPolicy(data, origin=origin, expected_obs_dim=expected_obs_dim,
                       expected_act_dim=expected_act_dim, allow_spinning=allow_spinning)
 

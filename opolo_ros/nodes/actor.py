@@ -44,7 +44,10 @@ Policies
     A new model is loaded and warmed up in a loader thread, off the control path, then swapped in
     one assignment. Building an onnxruntime session holds the GIL for about a millisecond, so the
     loader starts each such step right after a control step (the longest gap before the next
-    observation) rather than at a random moment. A model whose dimensions do not match
+    observation) rather than at a random moment; and when policies are swapped in at once
+    (deploy, or ``swap_delay: -1``), a model with the same graph as an earlier one is not built
+    at all: its weights are copied into an idle session of that graph (``reuse_sessions``,
+    :mod:`~opolo_ros.nodes.session_pool`). A model whose dimensions do not match
     (``obs_dim``/``act_dim`` when set, else the current model's) is refused with an error and the
     old one kept. The newest loaded version is announced on ``policy_version`` (std_msgs/Int64,
     transient local) for lock-step bridges that synchronise. Until the first model is loaded the
@@ -66,6 +69,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from time import perf_counter_ns
@@ -87,6 +91,7 @@ from opolo_ros.nodes.actor_params import (
 )
 from opolo_ros.nodes.actor_runtime import CommandBuffer, LoadedPolicy, tune_process
 from opolo_ros.nodes.common import EXECUTORS, FinishableNode, ParameterError, declare, run_node
+from opolo_ros.nodes.session_pool import SessionPool
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
@@ -144,7 +149,7 @@ class Actor(FinishableNode):
         if self._model_path is not None:
             # The first model loads synchronously: a deploy actor must not start without it.
             self._model_mtime = self._mtime()
-            self._install(LoadedPolicy.load(str(self._model_path), None, self.obs_dim, self.act_dim))
+            self._install(self._load(str(self._model_path), None, self.obs_dim, self.act_dim))
             if p["watch_model"]:
                 self.create_timer(1.0, self._check_model_file)
         self._loader.start()
@@ -186,6 +191,7 @@ class Actor(FinishableNode):
         self.stats_file = p["stats_file"]
         self.echo = p["echo_sequence"]
         self._safe_point = self._wait_for_safe_point if p["load_at_safe_points"] else lambda: None
+        self.pool = SessionPool() if p["reuse_sessions"] and self.swap_delay < 0 else None
         self.limits = action_limits(p["action_low"], p["action_high"])
         self.safe = vector_parameter("safe_command", p["safe_command"])
         if not all(isinstance(c, int) and c >= 0 for c in p["cpu_affinity"]):
@@ -237,15 +243,21 @@ class Actor(FinishableNode):
             if version is not None and version <= self.newest_version and not isinstance(source, str):
                 continue  # an older policy (e.g. a transient-local replay of one already loaded)
             reference = self.current or (self._staged[-1] if self._staged else None)
-            obs_dim = self.obs_dim or (reference.policy.metadata.obs_dim if reference else None)
-            act_dim = self.act_dim or (reference.policy.metadata.act_dim if reference else None)
+            obs_dim = self.obs_dim or (reference.metadata.obs_dim if reference else None)
+            act_dim = self.act_dim or (reference.metadata.act_dim if reference else None)
             try:
-                loaded = LoadedPolicy.load(source, version, obs_dim, act_dim, self._safe_point)
+                loaded = self._load(source, version, obs_dim, act_dim, self._safe_point)
                 self._install(loaded)
             except PolicyLoadError as err:
                 self.rejected += 1
                 kept = f"version {reference.version}" if reference else "none"
                 self.get_logger().error(f"policy refused, keeping {kept}: {err}")
+
+    def _load(self, source: bytes | str, version: int | None, obs_dim: int | None, act_dim: int | None,
+              safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
+        if self.pool is not None:
+            return self.pool.load(source, version, obs_dim, act_dim, self.current, safe_point)
+        return LoadedPolicy.load(source, version, obs_dim, act_dim, safe_point)
 
     def _wait_for_safe_point(self) -> None:
         """Return right after a control step, when the next observation is furthest away.
@@ -367,7 +379,7 @@ class Actor(FinishableNode):
 
     def _expected_obs_dim(self) -> int | None:
         current = self.current
-        return self.obs_dim or (current.policy.metadata.obs_dim if current else None)
+        return self.obs_dim or (current.metadata.obs_dim if current else None)
 
     def _handle(self, obs: np.ndarray, seq: int | None, start: int) -> None:
         now = time.monotonic()
@@ -532,6 +544,8 @@ class Actor(FinishableNode):
                 "stale_events", "nonfinite_actions")},
             "version": self.version,
         }
+        if self.pool is not None:
+            out["counters"].update(session_builds=self.pool.builds, weight_copies=self.pool.copies)
         if self._gc_monitor is not None:
             out["gc"] = self._gc_monitor.summary()
         return out

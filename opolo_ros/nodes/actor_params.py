@@ -63,6 +63,9 @@ PARAMETERS: dict[str, tuple] = {
                          "[] = no pinning"),
     "sched_priority": (0, "SCHED_FIFO real-time priority (1-99) for every thread of the process "
                           "(needs CAP_SYS_NICE or an rtprio limit); 0 = the normal scheduler"),
+    "reuse_sessions": (True, "policies swapped in at once (deploy; train with swap_delay -1): copy a "
+                             "new model's weights into an idle session of the same graph instead "
+                             "of building a session (opolo_ros/nodes/session_pool.py)"),
     "load_at_safe_points": (True, "loader thread: start each GIL-holding step of a policy load "
                                   "(session creation ~1 ms) right after a control step; false = "
                                   "at once"),

@@ -6,12 +6,13 @@ and real-time scheduling); used by :mod:`opolo_ros.nodes.actor`.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from opolo_ros.export.onnx_policy import BoundPolicy, OnnxPolicy, load_policy
+from opolo_ros.export.onnx_policy import BoundPolicy, OnnxPolicy, PolicyMetadata, load_policy
 from opolo_ros.nodes.common import ParameterError
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
@@ -20,14 +21,20 @@ from opolo_ros.sim.actions import ActionScaler
 
 @dataclass(frozen=True)
 class LoadedPolicy:
-    """A ready-to-run model with its action bounds: swapped in as one object."""
+    """A ready-to-run model with its action bounds: swapped in as one object.
+
+    `lock` is held while the model runs: a session whose weights are rewritten in place
+    (:mod:`opolo_ros.nodes.session_pool`) is written under the same lock.
+    """
 
     policy: OnnxPolicy
     runner: BoundPolicy  # preallocated single-observation inference
     scaler: ActionScaler  # the model's action bounds
     version: int
     origin: str
+    metadata: PolicyMetadata
     bounds: tuple[np.ndarray, np.ndarray] | None = None  # deploy clamp (float64), set on install
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
 
     @classmethod
     def load(cls, source: bytes | str, version: int | None, obs_dim: int | None,
@@ -37,17 +44,23 @@ class LoadedPolicy:
         policy = load_policy(source, expected_obs_dim=obs_dim, expected_act_dim=act_dim)
         safe_point()
         policy.warmup()
-        meta = policy.metadata
-        return cls(policy, policy.bind(), ActionScaler(meta.action_low, meta.action_high),
-                   meta.version if version is None else version, policy.origin)
+        return cls.of(policy, policy.bind(), policy.metadata, version, policy.origin)
+
+    @classmethod
+    def of(cls, policy: OnnxPolicy, runner: BoundPolicy, meta: PolicyMetadata, version: int | None,
+           origin: str, lock: threading.Lock | None = None) -> LoadedPolicy:
+        return cls(policy, runner, ActionScaler(meta.action_low, meta.action_high),
+                   meta.version if version is None else version, origin, meta,
+                   lock=lock or threading.Lock())
 
     def run(self, obs: np.ndarray) -> np.ndarray:
         """pi(obs) in environment units (float32 view, overwritten by the next call)."""
-        return self.runner(obs)
+        with self.lock:
+            return self.runner(obs)
 
     @property
     def act_dim(self) -> int:
-        return self.policy.metadata.act_dim
+        return self.metadata.act_dim
 
     @property
     def low(self) -> np.ndarray:
