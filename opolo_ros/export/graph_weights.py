@@ -11,25 +11,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from opolo_ros.export.onnx_policy import PolicyLoadError
+
+# Raw-data element types read with a view instead of onnx's element-wise conversion.
+_RAW_DTYPES = {onnx.TensorProto.FLOAT: np.dtype("<f4"), onnx.TensorProto.DOUBLE: np.dtype("<f8"),
+               onnx.TensorProto.INT32: np.dtype("<i4"), onnx.TensorProto.INT64: np.dtype("<i8")}
 
 
 @dataclass(frozen=True)
 class GraphWeights:
     structure: bytes  # the model without initializer values and metadata, serialized
-    weights: dict[str, np.ndarray]  # initializer name -> writable copy
+    weights: dict[str, np.ndarray]  # initializer name -> values (read-only)
     props: dict[str, str]  # metadata_props
 
 
 def split_weights(model: bytes, origin: str = "<bytes>") -> GraphWeights:
     """Parse `model`; PolicyLoadError naming `origin` if it is not an ONNX model."""
-    import onnx
-    from onnx import numpy_helper
-
     try:
         proto = onnx.load_from_string(model)
-        weights = {t.name: np.array(numpy_helper.to_array(t)) for t in proto.graph.initializer}
+        weights = {t.name: _values(t) for t in proto.graph.initializer}
     except Exception as exc:  # protobuf DecodeError, onnx's own errors on bad tensors
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PolicyLoadError(f"{origin}: not a valid ONNX model ({detail})") from None
@@ -41,3 +44,9 @@ def split_weights(model: bytes, origin: str = "<bytes>") -> GraphWeights:
         tensor.CopyFrom(shape_only)
     del proto.metadata_props[:]
     return GraphWeights(proto.SerializeToString(deterministic=True), weights, props)
+
+
+def _values(tensor: onnx.TensorProto) -> np.ndarray:
+    if tensor.raw_data and tensor.data_type in _RAW_DTYPES:  # what exporters write
+        return np.frombuffer(tensor.raw_data, dtype=_RAW_DTYPES[tensor.data_type]).reshape(tuple(tensor.dims))
+    return numpy_helper.to_array(tensor)

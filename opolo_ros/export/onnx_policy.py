@@ -114,7 +114,8 @@ class OnnxPolicy:
     Single-threaded and sequential by default: a control loop wants low, steady latency, not throughput,
     and must not compete with the learner for cores. Spinning threads are off unless asked for.
 
-    With `owned_weights` (initializer name -> array, e.g. from :func:`split_weights`) the session
+    With `owned_weights` (initializer name -> writable array, e.g. copies of what
+    :func:`~opolo_ros.export.graph_weights.split_weights` returns) the session
     runs on those arrays instead of copies of the model's initializers, and neither folds
     constants nor pre-packs weights: :meth:`write_weights` then changes the policy in place
     (hot swap without a session build, :mod:`opolo_ros.nodes.session_pool`).

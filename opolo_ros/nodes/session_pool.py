@@ -47,7 +47,6 @@ class SessionPool:
         self._checked: dict[bytes, bool] = {}  # graph -> in-place copies reproduce a fresh session
         self.copies = 0  # models swapped in by copying weights
         self.builds = 0  # sessions built
-        import onnx  # noqa: F401  (now, at start-up, not during the first swap)
 
     def load(self, source: bytes | str, version: int | None, obs_dim: int | None, act_dim: int | None,
              in_use: LoadedPolicy | None, safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
@@ -92,7 +91,7 @@ class SessionPool:
         safe_point()
         owned = self._checked.get(graph.structure) is not False
         policy = OnnxPolicy(data, origin=origin, expected_obs_dim=obs_dim, expected_act_dim=act_dim,
-                            owned_weights=graph.weights if owned else None)
+                            owned_weights={k: v.copy() for k, v in graph.weights.items()} if owned else None)
         self.builds += 1
         safe_point()
         policy.warmup()
