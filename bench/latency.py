@@ -24,7 +24,8 @@ in the node around the policy call with ``perf_counter_ns`` and written as JSON 
 ``--with-learner`` starts ``opolo-ros train`` (InvertedPendulum, 1 torch thread) before the first
 system and keeps it training through all windows. ``actor[swap_hz=10]`` (or ``--swap-hz 10`` for
 every actor) publishes the model on ``/opolo/policy`` with a new version 10 times a second during
-the window (the actor loads each one and swaps it in; the baseline cannot swap). ``--rounds R``
+the window, from a process of its own as a learner would (the actor loads each one and swaps it
+in; the baseline cannot swap). ``--rounds R``
 measures the systems in turn R times (for comparisons under a drifting background load);
 ``--driver-priority 80`` runs the driver SCHED_FIFO, as a robot's controller thread would.
 The commands behind the figures in BENCHMARKS.md are listed there.
@@ -63,6 +64,7 @@ ROUND_TRIP_LIMIT_US = 2000.0
 TARGETS = {"p50_ratio": 0.5, "p99_us": 400.0, "max_us": ROUND_TRIP_LIMIT_US, "inference_p50_us": 15.0,
            "inference_p99_us": 30.0, "learner_p99_us": 1000.0}
 ECHO_FLAG = "--serve-echo"
+POLICY_FLAG = "--serve-policies"
 GRACE_S = 0.3  # after the last observation, wait this long for late commands
 START_TIMEOUT_S = 60.0
 
@@ -171,19 +173,17 @@ class Driver:
 
     The schedule runs in the calling thread and sleeps between deadlines (the EventsExecutor's
     ``spin_once(timeout)`` oversleeps a 0.5 ms timeout to ~2 ms, so it cannot pace 1 kHz); a
-    receiver thread spins the executor and timestamps each command in its callback; a third
-    thread publishes policies (``swap_hz``), as a learner in another process would.
+    receiver thread spins the executor and timestamps each command in its callback. Policies
+    (``swap_hz``) come from a :class:`PolicySource` process, as from a learner.
     """
 
-    def __init__(self, context: Any, obs_dim: int, capacity: int, swap_model: bytes | None,
-                 first_version: int = 0) -> None:
+    def __init__(self, context: Any, obs_dim: int, capacity: int) -> None:
         from rclpy.node import Node
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from std_msgs.msg import Float32MultiArray, Float64MultiArray, UInt8MultiArray
+        from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
         from opolo_ros.nodes.common import make_executor
         from opolo_ros.ros import messages as m
-        from opolo_ros.ros.qos import qos_for
 
         self.node = Node("latency_driver", context=context)
         self.executor = make_executor(context, "events")
@@ -193,15 +193,11 @@ class Driver:
         # Best effort (matches any publisher), deep, so that the driver itself drops nothing.
         self.node.create_subscription(Float64MultiArray, "action", self._on_action,
                                       QoSProfile(depth=1000, reliability=ReliabilityPolicy.BEST_EFFORT))
-        self.policy_pub = self.node.create_publisher(UInt8MultiArray, "/opolo/policy", qos_for("policy"))
         self.msg = m.observation_to_msg(np.zeros(obs_dim, np.float32))
         self.seq_dim = self.msg.layout.dim[0].__class__(label=latency.SEQ_LABEL, size=0, stride=0)
         self.msg.layout.dim = [*self.msg.layout.dim, self.seq_dim]
         self.values = np.frombuffer(self.msg.data, np.float32)
         self.table = (0.1 * np.random.default_rng(0).standard_normal((997, obs_dim))).astype(np.float32)
-        self.policy_msg = m.policy_to_msg(swap_model, 1) if swap_model else None
-        self.first_version = first_version  # above the model's own: the actor ignores older ones
-        self.swaps_sent = 0
         self.send = np.zeros(capacity, np.int64)
         self.recv = np.zeros(capacity, np.int64)
         self.lateness = np.zeros(capacity, np.int64)
@@ -234,18 +230,9 @@ class Driver:
         self.seq_dim.size = seq
         self.obs_pub.publish(self.msg)
 
-    def _publish_policies(self, hz: float, stop: threading.Event) -> None:
-        while not stop.wait(1.0 / hz):
-            self.swaps_sent += 1
-            self.policy_msg.layout.dim[1].size = self.first_version + self.swaps_sent
-            self.policy_pub.publish(self.policy_msg)
-
-    def run(self, n: int, rate_hz: float, swap_hz: float, record: bool) -> int:
+    def run(self, n: int, rate_hz: float, record: bool) -> int:
         """Send observations 0..n-1 on schedule; returns the number of deadlines the driver missed."""
         self.recording = record
-        stop_swaps = threading.Event()
-        if swap_hz > 0 and self.policy_msg is not None:
-            threading.Thread(target=self._publish_policies, args=(swap_hz, stop_swaps), daemon=True).start()
         period = int(1e9 / rate_hz)
         start = time.perf_counter_ns() + period
         k, missed = 0, 0
@@ -267,8 +254,7 @@ class Driver:
                 self.publish(k)
                 k += 1
         finally:
-            stop_swaps.set()
-        time.sleep(GRACE_S)
+            time.sleep(GRACE_S)
         return missed
 
     def close(self) -> None:
@@ -307,13 +293,13 @@ class Window:
 
     @classmethod
     def of(cls, driver: Driver, n: int, driver_missed: int, cpu_s: float, wall_s: float,
-           node: dict[str, Any], driver_cpu_s: float) -> Window:
+           node: dict[str, Any], driver_cpu_s: float, swaps_sent: int) -> Window:
         sent = driver.send[:n] > 0
         answered = sent & (driver.recv[:n] > 0)
         return cls(rtt_us=(driver.recv[:n][answered] - driver.send[:n][answered]) / 1e3,
                    lateness_us=driver.lateness[:n][sent] / 1e3, sent=int(sent.sum()),
                    driver_missed=driver_missed, duplicates=driver.duplicates, cpu_s=cpu_s,
-                   wall_s=wall_s, node=node, swaps_sent=driver.swaps_sent, driver_cpu_s=driver_cpu_s)
+                   wall_s=wall_s, node=node, swaps_sent=swaps_sent, driver_cpu_s=driver_cpu_s)
 
 
 def node_summary(nodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -351,9 +337,11 @@ def measure(system: System, args: argparse.Namespace, context: Any, workdir: Pat
     n = int(args.duration * args.rate)
     swap_hz = (system.swap_hz or args.swap_hz) if system.kind == "actor" else 0.0
     swap = swap_hz > 0
-    driver = Driver(context, args.obs_dim, n, args.model.read_bytes() if swap else None,
-                    args.model_version + 1)
+    driver = Driver(context, args.obs_dim, n)
     actor = ActorProcess(system, args.model, workdir, swap)
+    # Versions above the model's own: the actor ignores older ones.
+    source = PolicySource(args.model, swap_hz, args.model_version + 1) if swap else None
+    swaps_sent = 0
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not driver.connected():
@@ -362,16 +350,93 @@ def measure(system: System, args: argparse.Namespace, context: Any, workdir: Pat
                 raise RuntimeError(f"{system.name}: no connection within {START_TIMEOUT_S} s")
             time.sleep(0.05)
         pid = actor.resolve_pid()
-        driver.run(int(args.warmup * args.rate), args.rate, 0.0, record=False)
+        if source is not None:
+            source.wait_ready()
+        driver.run(int(args.warmup * args.rate), args.rate, record=False)
         cpu0, wall0, driver_cpu0 = latency.process_cpu_seconds(pid), time.monotonic(), time.process_time()
-        missed = driver.run(n, args.rate, swap_hz, record=True)
+        if source is not None:
+            source.go()
+        missed = driver.run(n, args.rate, record=True)
         cpu, wall = latency.process_cpu_seconds(pid) - cpu0, time.monotonic() - wall0
         driver_cpu = time.process_time() - driver_cpu0
+        if source is not None:
+            swaps_sent = source.stop()
         actor.check_alive()
     finally:
+        if source is not None:
+            source.close()
         stats = actor.stop()
         driver.close()
-    return Window.of(driver, n, missed, cpu, wall, stats, driver_cpu)
+    return Window.of(driver, n, missed, cpu, wall, stats, driver_cpu, swaps_sent)
+
+
+class PolicySource:
+    """Publishes the model as new policy versions at `hz` from its own process, as a learner does,
+    between :meth:`go` and :meth:`stop` (lines on its stdin); a thread of the driver would compete
+    with the driver's 1 kHz loop for its interpreter."""
+
+    def __init__(self, model: Path, hz: float, first_version: int) -> None:
+        command = [sys.executable, str(Path(__file__).resolve()), POLICY_FLAG, str(model), str(hz),
+                   str(first_version)]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     cwd=ROOT)
+
+    def _line(self) -> str:
+        line = self.proc.stdout.readline().strip()
+        if not line:
+            raise RuntimeError(f"the policy source exited with status {self.proc.wait()}")
+        return line
+
+    def wait_ready(self) -> None:
+        if self._line() != "ready":
+            raise RuntimeError("the policy source did not start")
+
+    def go(self) -> None:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> int:
+        """Stop publishing; the number of policies sent."""
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.flush()
+        return int(self._line())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def serve_policies() -> int:
+    """The :class:`PolicySource` process: `--serve-policies MODEL HZ FIRST_VERSION`."""
+    from rclpy.node import Node
+    from std_msgs.msg import UInt8MultiArray
+
+    from opolo_ros.ros import messages as m
+    from opolo_ros.ros.qos import qos_for
+
+    i = sys.argv.index(POLICY_FLAG)
+    model, hz, first = Path(sys.argv[i + 1]), float(sys.argv[i + 2]), int(sys.argv[i + 3])
+    with runtime.ros_context(args=[]) as ctx:
+        node = Node("latency_policy_source", context=ctx)
+        pub = node.create_publisher(UInt8MultiArray, "/opolo/policy", qos_for("policy"))
+        msg = m.policy_to_msg(model.read_bytes(), first)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print("ready", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            return 1
+        stop = threading.Event()
+        threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+        sent = 0
+        while not stop.wait(1.0 / hz):
+            sent += 1
+            msg.layout.dim[1].size = first + sent
+            pub.publish(msg)
+        print(sent, flush=True)
+        node.destroy_node()
+    return 0
 
 
 # ------------------------------------------------------------------------------------- learner
@@ -504,6 +569,8 @@ def interrupt(signum: int, _frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     if ECHO_FLAG in sys.argv:
         return serve_echo()
+    if POLICY_FLAG in sys.argv:
+        return serve_policies()
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, interrupt)
     systems = [System.parse(s) for s in args.systems]
