@@ -290,16 +290,18 @@ class Window:
     node: dict[str, Any]
     swaps_sent: int
     driver_cpu_s: float
+    steal_s: float
 
     @classmethod
     def of(cls, driver: Driver, n: int, driver_missed: int, cpu_s: float, wall_s: float,
-           node: dict[str, Any], driver_cpu_s: float, swaps_sent: int) -> Window:
+           node: dict[str, Any], driver_cpu_s: float, swaps_sent: int, steal_s: float) -> Window:
         sent = driver.send[:n] > 0
         answered = sent & (driver.recv[:n] > 0)
         return cls(rtt_us=(driver.recv[:n][answered] - driver.send[:n][answered]) / 1e3,
                    lateness_us=driver.lateness[:n][sent] / 1e3, sent=int(sent.sum()),
                    driver_missed=driver_missed, duplicates=driver.duplicates, cpu_s=cpu_s,
-                   wall_s=wall_s, node=node, swaps_sent=swaps_sent, driver_cpu_s=driver_cpu_s)
+                   wall_s=wall_s, node=node, swaps_sent=swaps_sent, driver_cpu_s=driver_cpu_s,
+                   steal_s=steal_s)
 
 
 def node_summary(nodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -328,6 +330,9 @@ def combine(system: System, windows: list[Window]) -> dict[str, Any]:
         "actor_cpu_percent": 100.0 * sum(w.cpu_s for w in windows) / sum(w.wall_s for w in windows),
         "driver_cpu_percent": 100.0 * sum(w.driver_cpu_s for w in windows) / sum(w.wall_s for w in windows),
         "swaps_sent": sum(w.swaps_sent for w in windows), "node": node_summary([w.node for w in windows]),
+        # of all CPUs' time in the windows: above a percent or two the host, not the system, is measured
+        "steal_percent": 100.0 * sum(w.steal_s for w in windows)
+        / (sum(w.wall_s for w in windows) * (os.cpu_count() or 1)),
     })
     return out
 
@@ -354,11 +359,13 @@ def measure(system: System, args: argparse.Namespace, context: Any, workdir: Pat
             source.wait_ready()
         driver.run(int(args.warmup * args.rate), args.rate, record=False)
         cpu0, wall0, driver_cpu0 = latency.process_cpu_seconds(pid), time.monotonic(), time.process_time()
+        steal0 = latency.steal_seconds()
         if source is not None:
             source.go()
         missed = driver.run(n, args.rate, record=True)
         cpu, wall = latency.process_cpu_seconds(pid) - cpu0, time.monotonic() - wall0
         driver_cpu = time.process_time() - driver_cpu0
+        steal = latency.steal_seconds() - steal0
         if source is not None:
             swaps_sent = source.stop()
         actor.check_alive()
@@ -367,7 +374,7 @@ def measure(system: System, args: argparse.Namespace, context: Any, workdir: Pat
             source.close()
         stats = actor.stop()
         driver.close()
-    return Window.of(driver, n, missed, cpu, wall, stats, driver_cpu, swaps_sent)
+    return Window.of(driver, n, missed, cpu, wall, stats, driver_cpu, swaps_sent, steal)
 
 
 class PolicySource:
@@ -489,7 +496,7 @@ def verdict(results: dict[str, dict[str, Any]], with_learner: bool) -> dict[str,
 
 def print_table(results: dict[str, dict[str, Any]], checks: dict[str, Any]) -> None:
     header = (f"{'system':34s} {'p50':>7s} {'p99':>7s} {'p99.9':>7s} {'max':>8s} {'>2ms':>5s} "
-              f"{'missed':>7s} {'cpu%':>6s} {'inf p50':>8s} {'inf p99':>8s}")
+              f"{'missed':>7s} {'cpu%':>6s} {'inf p50':>8s} {'inf p99':>8s} {'steal%':>6s}")
     print(header)
     print("-" * len(header))
     for name, r in results.items():
@@ -497,9 +504,11 @@ def print_table(results: dict[str, dict[str, Any]], checks: dict[str, Any]) -> N
         print(f"{name:34s} {r.get('p50_us', float('nan')):7.0f} {r.get('p99_us', float('nan')):7.0f} "
               f"{r.get('p99.9_us', float('nan')):7.0f} {r.get('max_us', float('nan')):8.0f} "
               f"{r['over_2ms']:5d} {r['missed_periods']:7d} {r['actor_cpu_percent']:6.1f} "
-              f"{inf.get('p50_us', float('nan')):8.1f} {inf.get('p99_us', float('nan')):8.1f}")
+              f"{inf.get('p50_us', float('nan')):8.1f} {inf.get('p99_us', float('nan')):8.1f} "
+              f"{r.get('steal_percent', float('nan')):6.1f}")
     print("(round trip in us; missed = unanswered observations + driver deadline misses; "
-          "cpu% of one core; inference inside the node)")
+          "cpu% of one core; inference inside the node; steal% of all CPUs: time the VM's host "
+          "took, above 1-2 % the window measured the host)")
     for name, check in checks.items():
         print(f"  {'met   ' if check['met'] else 'MISSED'} {name}: {check['value']}")
 

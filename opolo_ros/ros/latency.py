@@ -110,6 +110,13 @@ def process_cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to others while this machine's CPUs wanted to run (all CPUs,
+    seconds since boot, ``/proc/stat``): a benchmark window with much of it measured the host."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> None:
     """Write `data` as indented JSON, creating the parent folder."""
     path = Path(path)
