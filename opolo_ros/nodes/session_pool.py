@@ -35,8 +35,7 @@ SLOTS_PER_GRAPH = 2  # the session in use and the one being written
 @dataclass
 class _Slot:
     structure: bytes
-    policy: OnnxPolicy
-    loaded: LoadedPolicy  # the policy the slot was built for (runner and lock are the slot's)
+    loaded: LoadedPolicy  # the policy the slot was built for: its session, runner and lock are the slot's
 
 
 class SessionPool:
@@ -62,24 +61,25 @@ class SessionPool:
         # A control step that read this slot's policy just before the last swap may still run
         # it: the lock makes it finish first (or run the new weights whole, never half written).
         with slot.loaded.lock:
-            slot.policy.write_weights(graph.weights)
+            slot.loaded.policy.write_weights(graph.weights)
         if graph.structure not in self._checked:
             safe_point()
             reference = OnnxPolicy(data, origin=origin, expected_obs_dim=obs_dim, expected_act_dim=act_dim)
             self.builds += 1
-            ok = self._agree(reference, slot.policy, meta.obs_dim)
+            ok = self._agree(reference, slot.loaded.policy, meta.obs_dim)
             self._checked[graph.structure] = ok
             if not ok:
                 self._slots = [s for s in self._slots if s.structure != graph.structure]
                 reference.warmup()
                 return LoadedPolicy.of(reference, reference.bind(), meta, version, origin)
         self.copies += 1
-        return LoadedPolicy.of(slot.policy, slot.loaded.runner, meta, version, origin, slot.loaded.lock)
+        built = slot.loaded
+        return LoadedPolicy.of(built.policy, built.runner, meta, version, origin, built.lock)
 
     def _idle_slot(self, structure: bytes, meta: PolicyMetadata, in_use: LoadedPolicy | None) -> _Slot | None:
         for slot in self._slots:
             busy = in_use is not None and in_use.lock is slot.loaded.lock
-            built = slot.policy.metadata
+            built = slot.loaded.policy.metadata
             same_dims = (built.obs_dim, built.act_dim) == (meta.obs_dim, meta.act_dim)
             if slot.structure == structure and same_dims and not busy:
                 return slot
@@ -100,7 +100,7 @@ class SessionPool:
             # Keep the slot in use and this one; a different graph replaces the old graph's slots.
             keep = [s for s in self._slots if s.structure == graph.structure
                     and in_use is not None and in_use.lock is s.loaded.lock]
-            self._slots = [*keep, _Slot(graph.structure, policy, loaded)][-SLOTS_PER_GRAPH:]
+            self._slots = [*keep, _Slot(graph.structure, loaded)][-SLOTS_PER_GRAPH:]
         return loaded
 
     @staticmethod
