@@ -340,7 +340,7 @@ def _policy_graph(actor: torch.nn.Module, obs_norm: torch.nn.Module | None, low:
     return ExportedPolicy().float().eval()
 
 
-def _verification_inputs(obs_dim: int, rng: np.random.Generator) -> np.ndarray:
+def verification_inputs(obs_dim: int, rng: np.random.Generator) -> np.ndarray:
     """Typical, large and huge observations: the last rows saturate tanh to hit the action bounds."""
     return np.concatenate([
         rng.standard_normal((16, obs_dim)),
@@ -428,7 +428,7 @@ def export_policy(actor: torch.nn.Module, path: str | os.PathLike[str], *,
 
     if verify:
         policy = OnnxPolicy(data, origin=str(path), expected_obs_dim=obs_dim, expected_act_dim=act_dim)
-        x = _verification_inputs(obs_dim, np.random.default_rng(0))
+        x = verification_inputs(obs_dim, np.random.default_rng(0))
         with torch.no_grad():
             expected = graph(torch.from_numpy(x)).numpy()
         got = policy(x)

@@ -7,8 +7,9 @@ weight arrays it owns (:class:`OnnxPolicy` with `owned_weights`): a new model of
 parsed, and its weights are copied into the session that is not in use, under that session's lock.
 
 The first copy into a graph's session is checked against a session built from the model itself,
-on probe observations; a graph that fails the check (a value the copy cannot reach, e.g. a
-constant computed from weights inside the graph) gets a fresh session for every model from then on.
+on the exporter's verification observations; a graph that fails the check (a value the copy
+cannot reach, e.g. a constant computed from weights inside the graph) gets a fresh session for
+every model from then on.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from opolo_ros.export.onnx_policy import (
     PolicyMetadata,
     check_dims,
     read_model,
+    verification_inputs,
 )
 from opolo_ros.nodes.actor_runtime import LoadedPolicy
 
-PROBES = 16  # observations the first in-place swap of a graph is checked on
 SLOTS_PER_GRAPH = 2  # the session in use and the one being written
 
 
@@ -105,6 +106,5 @@ class SessionPool:
 
     @staticmethod
     def _agree(reference: OnnxPolicy, candidate: OnnxPolicy, obs_dim: int) -> bool:
-        probes = np.random.default_rng(0).normal(scale=3.0, size=(PROBES, obs_dim)).astype(np.float32)
-        probes[0] = 0.0
+        probes = verification_inputs(obs_dim, np.random.default_rng(0))  # the exporter's check
         return bool(np.allclose(candidate(probes), reference(probes), rtol=0.0, atol=VERIFY_TOL))
