@@ -60,11 +60,16 @@ class Rig:
         self.obs_pub = peer.create_publisher(kind, "observation", RELIABLE_DEFAULT_QOS)
         self.commands: list[tuple[float, float]] = []  # (receive time, first value)
         self.counts: list[int] = []
-        peer.create_subscription(Float64MultiArray, "action", self._on_command, RELIABLE_DEFAULT_QOS)
-        peer.create_subscription(Int64, "/actor/rejected_observations",
-                                 lambda msg: self.counts.append(msg.data), COUNTER_QOS)
+        subs = [peer.create_subscription(Float64MultiArray, "action", self._on_command, RELIABLE_DEFAULT_QOS),
+                peer.create_subscription(Int64, "/actor/rejected_observations",
+                                         lambda msg: self.counts.append(msg.data), COUNTER_QOS)]
+        subs += [sub for sub in self.actor.subscriptions if sub.topic_name == self.obs_pub.topic_name]
+        assert len(subs) == 3
+        # Discovery is asymmetric: a writer can match a reader before the reader matches the writer,
+        # and a reader drops what an unmatched writer sends. Wait for both ends of every link.
         assert self.spin_until(lambda: self.obs_pub.get_subscription_count() >= 1
-                               and self.actor.action_pub.get_subscription_count() >= 1, 10.0)
+                               and self.actor.action_pub.get_subscription_count() >= 1
+                               and all(sub.get_publisher_count() >= 1 for sub in subs), 10.0)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         self.commands.append((time.monotonic(), float(msg.data[0])))
