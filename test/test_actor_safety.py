@@ -26,7 +26,7 @@ from test_nodes import onnx_policy  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, NodeSpec  # noqa: E402
 from opolo_ros.nodes.actor import COUNTER_QOS, RELIABLE_DEFAULT_QOS  # noqa: E402
 from opolo_ros.ros import messages as m  # noqa: E402
-from opolo_ros.ros.runtime import spin_until  # noqa: E402
+from opolo_ros.ros.runtime import linked, spin_until  # noqa: E402
 
 pytestmark = pytest.mark.ros
 JOINTS = ["slider", "hinge"]
@@ -60,16 +60,11 @@ class Rig:
         self.obs_pub = peer.create_publisher(kind, "observation", RELIABLE_DEFAULT_QOS)
         self.commands: list[tuple[float, float]] = []  # (receive time, first value)
         self.counts: list[int] = []
-        subs = [peer.create_subscription(Float64MultiArray, "action", self._on_command, RELIABLE_DEFAULT_QOS),
-                peer.create_subscription(Int64, "/actor/rejected_observations",
-                                         lambda msg: self.counts.append(msg.data), COUNTER_QOS)]
-        subs += [sub for sub in self.actor.subscriptions if sub.topic_name == self.obs_pub.topic_name]
-        assert len(subs) == 3
-        # Discovery is asymmetric: a writer can match a reader before the reader matches the writer,
-        # and a reader drops what an unmatched writer sends. Wait for both ends of every link.
-        assert self.spin_until(lambda: self.obs_pub.get_subscription_count() >= 1
-                               and self.actor.action_pub.get_subscription_count() >= 1
-                               and all(sub.get_publisher_count() >= 1 for sub in subs), 10.0)
+        peer.create_subscription(Float64MultiArray, "action", self._on_command, RELIABLE_DEFAULT_QOS)
+        peer.create_subscription(Int64, "/actor/rejected_observations",
+                                 lambda msg: self.counts.append(msg.data), COUNTER_QOS)
+        links = [(self.obs_pub, self.actor), (self.actor.action_pub, peer), (self.actor.rejected_pub, peer)]
+        assert self.spin_until(lambda: all(linked(pub, node) for pub, node in links), 10.0)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         self.commands.append((time.monotonic(), float(msg.data[0])))

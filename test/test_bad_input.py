@@ -172,7 +172,7 @@ def test_learner_rejects_non_finite_data_over_the_topics(tmp_path, ros_domain_id
     from opolo_ros.launch_runner import GraphRunner
     from opolo_ros.ros import messages as m
     from opolo_ros.ros.qos import qos_for
-    from opolo_ros.ros.runtime import spin_until
+    from opolo_ros.ros.runtime import linked, spin_until
 
     rng = np.random.default_rng(1)
     bad_demos = [m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k) for k in range(10, 13)]
@@ -192,7 +192,7 @@ def test_learner_rejects_non_finite_data_over_the_topics(tmp_path, ros_domain_id
                                          qos_for("demonstrations"))
         replay_pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
         both = [executor, graph.executor]
-        assert spin_until(both, lambda: replay_pub.get_subscription_count() > 0, 20.0)
+        assert spin_until(both, lambda: linked(replay_pub, learner), 20.0)
         for msg in bad_demos + [m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k) for k in range(4)]:
             demo_pub.publish(msg)
         for msg in bad_replay + good:

@@ -24,7 +24,7 @@ from opolo_ros.export.onnx_policy import export_policy  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, NodeSpec, load_launch_module  # noqa: E402
 from opolo_ros.ros import messages as m  # noqa: E402
 from opolo_ros.ros.qos import qos_for  # noqa: E402
-from opolo_ros.ros.runtime import spin_until  # noqa: E402
+from opolo_ros.ros.runtime import linked, spin_until  # noqa: E402
 from opolo_ros.sim.envs import make_env  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -106,7 +106,8 @@ def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domai
     with GraphRunner([recorder], ros_domain_id) as graph:
         node, executor = ros_node("replay_source")
         pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
-        assert spin_until([executor, graph.executor], lambda: pub.get_subscription_count() > 0, 10.0)
+        recorder_node = graph.nodes["demo_recorder"]
+        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder_node), 10.0)
         pub.publish(diverged)
         pub.publish(ended)
         done = graph.nodes["demo_recorder"].finished.is_set

@@ -445,6 +445,20 @@ def _wait(executors, done, timeout: float = 5.0) -> None:
 
 
 @pytest.mark.ros
+def test_linked_waits_for_both_ends_of_a_link(ros_node) -> None:
+    pub_node, pub_exec = ros_node("writer")
+    sub_node, sub_exec = ros_node("reader")
+    pub = pub_node.create_publisher(Float32MultiArray, "/linked_test", qos.REPLAY_QOS)
+    other = sub_node.create_subscription(Float32MultiArray, "/another_topic", lambda _: None, qos.REPLAY_QOS)
+    runtime.spin_until([pub_exec, sub_exec], lambda: False, 0.2)
+    assert not runtime.linked(pub, sub_node)  # no subscription of that node on the topic
+    sub = sub_node.create_subscription(Float32MultiArray, "/linked_test", lambda _: None, qos.REPLAY_QOS)
+    _wait([pub_exec, sub_exec], lambda: runtime.linked(pub, sub_node))
+    assert pub.get_subscription_count() == 1 and sub.get_publisher_count() == 1
+    assert other.get_publisher_count() == 0
+
+
+@pytest.mark.ros
 def test_dds_replay_and_late_joining_demonstrations(ros_node) -> None:
     pub_node, pub_exec = ros_node("bridge")
     replay_pub = pub_node.create_publisher(Float32MultiArray, "/opolo/replay", qos.REPLAY_QOS)
@@ -462,7 +476,8 @@ def test_dds_replay_and_late_joining_demonstrations(ros_node) -> None:
                                  lambda msg: demos.append(m.msg_to_demonstration(msg)),
                                  qos.DEMONSTRATIONS_QOS)
     executors = [pub_exec, sub_exec]
-    _wait(executors, lambda: replay_pub.get_subscription_count() == 1)
+    _wait(executors, lambda: replay_pub.get_subscription_count() == 1
+          and runtime.linked(replay_pub, sub_node))
     batches = [replay_arrays(n=64, obs_dim=11, act_dim=3) for _ in range(3)]
     for seq, arrays in enumerate(batches):
         replay_pub.publish(m.replay_to_msg(**arrays, seq=seq, source=m.source_id("/bridge")))

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from rclpy.context import Context
 from rclpy.executors import Executor
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 
 DOMAIN_ID_ENV = "ROS_DOMAIN_ID"
 TEST_DOMAIN_ID_ENV = "OPOLO_TEST_ROS_DOMAIN_ID"
@@ -133,6 +134,20 @@ def ros_context(domain_id: int | None = None, args: list[str] | None = None) -> 
         yield context
     finally:
         shutdown(context)
+
+
+def linked(publisher: Publisher, node: Node) -> bool:
+    """Both ends of `publisher`'s link to `node` have matched.
+
+    Discovery is asymmetric: a writer can match a reader before the reader matches the writer, and
+    a reader drops what a writer it has not matched yet sends, even over reliable QoS with volatile
+    durability. So a start-up wait on ``publisher.get_subscription_count()`` alone can still lose
+    the first messages; this also waits until every subscription of `node` on the topic sees a
+    publisher.
+    """
+    subs = [sub for sub in node.subscriptions if sub.topic_name == publisher.topic_name]
+    return (publisher.get_subscription_count() >= 1 and bool(subs)
+            and all(sub.get_publisher_count() >= 1 for sub in subs))
 
 
 def spin_until(executors: Executor | Iterable[Executor], done: Callable[[], bool],
