@@ -53,6 +53,19 @@ def test_split_weights_same_graph_same_structure(tmp_path: Path) -> None:
         split_weights(b"\x08\x01garbage", "<x>")
 
 
+def test_split_weights_reads_typed_tensors_like_raw_ones(tmp_path: Path) -> None:
+    data = _export(tmp_path, 0, 1)
+    typed = onnx.load_from_string(data)
+    for tensor in typed.graph.initializer:  # the same values in float_data instead of raw_data
+        values = onnx.numpy_helper.to_array(tensor)
+        tensor.CopyFrom(onnx.helper.make_tensor(tensor.name, tensor.data_type, values.shape, values.ravel()))
+        assert not tensor.raw_data
+    a, b = split_weights(data), split_weights(typed.SerializeToString())
+    assert a.structure == b.structure and a.weights.keys() == b.weights.keys()
+    for name in a.weights:
+        np.testing.assert_array_equal(a.weights[name], b.weights[name])
+
+
 def test_write_weights_changes_the_running_policy(tmp_path: Path) -> None:
     first, second = _export(tmp_path, 0, 1), _export(tmp_path, 1, 2)
     owned = OnnxPolicy(first, owned_weights={k: v.copy() for k, v in split_weights(first).weights.items()})

@@ -29,24 +29,31 @@ class GraphWeights:
 
 
 def split_weights(model: bytes, origin: str = "<bytes>") -> GraphWeights:
-    """Parse `model`; PolicyLoadError naming `origin` if it is not an ONNX model."""
+    """Parse `model`; PolicyLoadError naming `origin` if it is not an ONNX model.
+
+    Runs on the actor's loader thread while the control thread serves observations: every step
+    holds the GIL, so each tensor's bytes are read once and the values are cleared in place.
+    """
     try:
         proto = onnx.load_from_string(model)
-        weights = {t.name: _values(t) for t in proto.graph.initializer}
+        weights = {t.name: _take_values(t) for t in proto.graph.initializer}
     except Exception as exc:  # protobuf DecodeError, onnx's own errors on bad tensors
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PolicyLoadError(f"{origin}: not a valid ONNX model ({detail})") from None
     if not proto.graph.node:
         raise PolicyLoadError(f"{origin}: not a valid ONNX model (no graph)")
     props = {p.key: p.value for p in proto.metadata_props}
-    for tensor in proto.graph.initializer:
-        shape_only = onnx.TensorProto(name=tensor.name, dims=list(tensor.dims), data_type=tensor.data_type)
-        tensor.CopyFrom(shape_only)
     del proto.metadata_props[:]
     return GraphWeights(proto.SerializeToString(deterministic=True), weights, props)
 
 
-def _values(tensor: onnx.TensorProto) -> np.ndarray:
-    if tensor.raw_data and tensor.data_type in _RAW_DTYPES:  # what exporters write
-        return np.frombuffer(tensor.raw_data, dtype=_RAW_DTYPES[tensor.data_type]).reshape(tuple(tensor.dims))
-    return numpy_helper.to_array(tensor)
+def _take_values(tensor: onnx.TensorProto) -> np.ndarray:
+    """The tensor's values; the tensor keeps its name, type and shape, not its values."""
+    raw = tensor.raw_data  # one copy of the bytes (every access makes one)
+    if raw and tensor.data_type in _RAW_DTYPES:  # what exporters write
+        values = np.frombuffer(raw, dtype=_RAW_DTYPES[tensor.data_type]).reshape(tuple(tensor.dims))
+        tensor.ClearField("raw_data")
+        return values
+    values = numpy_helper.to_array(tensor)
+    tensor.CopyFrom(onnx.TensorProto(name=tensor.name, dims=list(tensor.dims), data_type=tensor.data_type))
+    return values
