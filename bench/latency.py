@@ -25,7 +25,9 @@ in the node around the policy call with ``perf_counter_ns`` and written as JSON 
 system and keeps it training through all windows. ``actor[swap_hz=10]`` (or ``--swap-hz 10`` for
 every actor) publishes the model on ``/opolo/policy`` with a new version 10 times a second during
 the window, from a process of its own as a learner would (the actor loads each one and swaps it
-in; the baseline cannot swap). ``--rounds R``
+in; the baseline cannot swap). ``actor[swap_hz=10,swap_new=0]`` publishes the same messages with
+the actor's own version instead: the actor receives and decodes each one but its loader skips it,
+which separates the cost of receiving a policy from the cost of loading it. ``--rounds R``
 measures the systems in turn R times (for comparisons under a drifting background load);
 ``--driver-priority 80`` runs the driver SCHED_FIFO, as a robot's controller thread would.
 The commands behind the figures in BENCHMARKS.md are listed there.
@@ -79,6 +81,7 @@ class System:
     kind: str  # actor | baseline | echo
     params: dict[str, str] = field(default_factory=dict)  # node parameters
     swap_hz: float = 0.0  # policies published per second during the window (actor only)
+    swap_new: bool = True  # False: the policies carry the actor's own version (received, not loaded)
 
     @classmethod
     def parse(cls, text: str) -> System:
@@ -91,7 +94,8 @@ class System:
         if kind != "actor" and params:
             raise ValueError(f"{kind} takes no parameters")
         swap_hz = float(params.pop("swap_hz", 0.0))
-        return cls(text.strip(), kind, params, swap_hz)
+        swap_new = params.pop("swap_new", "1") not in ("0", "false")
+        return cls(text.strip(), kind, params, swap_hz, swap_new)
 
     def command(self, model: Path, stats: Path, node_name: str, swap: bool) -> list[str]:
         if self.kind == "baseline":
@@ -344,8 +348,8 @@ def measure(system: System, args: argparse.Namespace, context: Any, workdir: Pat
     swap = swap_hz > 0
     driver = Driver(context, args.obs_dim, n)
     actor = ActorProcess(system, args.model, workdir, swap)
-    # Versions above the model's own: the actor ignores older ones.
-    source = PolicySource(args.model, swap_hz, args.model_version + 1) if swap else None
+    # Versions above the model's own; the actor ignores the model's own and older ones.
+    source = PolicySource(args.model, swap_hz, args.model_version + 1, system.swap_new) if swap else None
     swaps_sent = 0
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -382,9 +386,9 @@ class PolicySource:
     between :meth:`go` and :meth:`stop` (lines on its stdin); a thread of the driver would compete
     with the driver's 1 kHz loop for its interpreter."""
 
-    def __init__(self, model: Path, hz: float, first_version: int) -> None:
+    def __init__(self, model: Path, hz: float, first_version: int, new_versions: bool = True) -> None:
         command = [sys.executable, str(Path(__file__).resolve()), POLICY_FLAG, str(model), str(hz),
-                   str(first_version)]
+                   str(first_version), str(int(new_versions))]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      cwd=ROOT)
 
@@ -415,7 +419,7 @@ class PolicySource:
 
 
 def serve_policies() -> int:
-    """The :class:`PolicySource` process: `--serve-policies MODEL HZ FIRST_VERSION`."""
+    """The :class:`PolicySource` process: `--serve-policies MODEL HZ FIRST_VERSION NEW(0|1)`."""
     from rclpy.node import Node
     from std_msgs.msg import UInt8MultiArray
 
@@ -424,10 +428,11 @@ def serve_policies() -> int:
 
     i = sys.argv.index(POLICY_FLAG)
     model, hz, first = Path(sys.argv[i + 1]), float(sys.argv[i + 2]), int(sys.argv[i + 3])
+    step = int(sys.argv[i + 4])  # 0: every message keeps the version below `first`
     with runtime.ros_context(args=[]) as ctx:
         node = Node("latency_policy_source", context=ctx)
         pub = node.create_publisher(UInt8MultiArray, "/opolo/policy", qos_for("policy"))
-        msg = m.policy_to_msg(model.read_bytes(), first)
+        msg = m.policy_to_msg(model.read_bytes(), first - 1)
         deadline = time.monotonic() + START_TIMEOUT_S
         while pub.get_subscription_count() < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -439,7 +444,7 @@ def serve_policies() -> int:
         sent = 0
         while not stop.wait(1.0 / hz):
             sent += 1
-            msg.layout.dim[1].size = first + sent
+            msg.layout.dim[1].size = first - 1 + sent * step
             pub.publish(msg)
         print(sent, flush=True)
         node.destroy_node()
