@@ -337,6 +337,11 @@ def combine(system: System, windows: list[Window]) -> dict[str, Any]:
         # of all CPUs' time in the windows: above a percent or two the host, not the system, is measured
         "steal_percent": 100.0 * sum(w.steal_s for w in windows)
         / (sum(w.wall_s for w in windows) * (os.cpu_count() or 1)),
+        # each window on its own, in measuring order: a window the host disturbed shows here
+        "per_window": [{"missed_periods": w.sent - w.rtt_us.size + w.driver_missed,
+                        "p50_us": float(np.percentile(w.rtt_us, 50)) if w.rtt_us.size else None,
+                        "steal_percent": 100.0 * w.steal_s / (w.wall_s * (os.cpu_count() or 1)),
+                        "swaps_sent": w.swaps_sent} for w in windows],
     })
     return out
 
