@@ -32,6 +32,8 @@ class BaselineActor(Node):
         super().__init__("baseline_actor")
         model = self.declare_parameter("model", "").value
         self.stats_file = self.declare_parameter("stats_file", "").value
+        if not model:
+            raise SystemExit("baseline_actor: no model; run it with --ros-args -p model:=PATH.onnx")
         self.session = ort.InferenceSession(model)
         meta = self.session.get_modelmeta().custom_metadata_map
         self.low = np.array(json.loads(meta["action_low"]))

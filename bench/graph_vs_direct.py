@@ -266,7 +266,7 @@ def main() -> int:
     q.add_argument("--eval-episodes", dest="eval_episodes", type=int, default=10)
     q.add_argument("--out", default="bench/parity_ip")
     q.add_argument("--domain", type=int, default=None,
-                   help="ROS_DOMAIN_ID of the graph runs (default 150 + pid % 50); give parity runs "
+                   help="ROS_DOMAIN_ID of the graph runs (default 150 + pid %% 50); give parity runs "
                         "side by side distinct domains")
     args = p.parse_args()
     result = throughput(args) if args.mode == "throughput" else parity(args)
