@@ -70,8 +70,23 @@ def test_checkpoint_for_another_env_is_refused(tmp_path, demos):
     a = DirectTrainer(cfg)
     a.save()
     other = DirectTrainer(small_cfg(tmp_path, demos, algo="td3"))
-    with pytest.raises(ValueError, match="checkpoint is for opolo"):
+    with pytest.raises(ValueError, match="checkpoint .* is for opolo on .*, not td3 on"):
         other.restore(a.checkpoint_path)
+
+
+def test_checkpoint_of_another_network_shape_is_refused_naming_the_change(tmp_path, demos):
+    a = DirectTrainer(small_cfg(tmp_path, demos))
+    a.save()
+    other = DirectTrainer(small_cfg(tmp_path, demos, time_feature=not a.cfg.time_feature))
+    with pytest.raises(ValueError, match=r"does not fit this config .*changed since it was written: "
+                                         r"time_feature: (False -> True|True -> False)\. Resume with") as err:
+        other.restore(a.checkpoint_path)
+    assert "\n" not in str(err.value)
+    # through train() too, and the run folder keeps the config the checkpoint was written with
+    (a.run_dir / "config.yaml").write_text("written with the checkpoint\n")
+    with pytest.raises(ValueError, match="does not fit this config"):
+        DirectTrainer(small_cfg(tmp_path, demos, time_feature=not a.cfg.time_feature)).train()
+    assert (a.run_dir / "config.yaml").read_text() == "written with the checkpoint\n"
 
 
 def test_train_writes_run_folder(tmp_path, demos):

@@ -41,7 +41,7 @@ from opolo_ros.sim.envs import (
     random_policy_return,
     set_env_state,
 )
-from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
+from opolo_ros.train.checkpoint import load_checkpoint, restore_runner, save_checkpoint
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
@@ -169,12 +169,11 @@ class DirectTrainer:
         })
 
     def restore(self, path: Path | None = None) -> None:
-        state = load_checkpoint(path or self.checkpoint_path)
-        if state["config"]["env_id"] != self.cfg.env_id or state["config"]["algo"] != self.cfg.algo:
-            raise ValueError(f"checkpoint is for {state['config']['algo']} on {state['config']['env_id']}, "
-                             f"not {self.cfg.algo} on {self.cfg.env_id}")
+        path = path or self.checkpoint_path
+        state = load_checkpoint(path)
+        restore_runner(self.runner, state, to_dict(self.cfg), path,
+                       "start over in another run_dir (or with --no-resume)")
         self.step = state["step"]
-        self.runner.load_state_dict(state["runner"])
         self.rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         set_env_state(self.env, state["env"])
@@ -249,10 +248,11 @@ class DirectTrainer:
     def _train(self, resume: bool) -> TrainResult:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if resume and self.checkpoint_path.is_file():
             self.restore()
             self._recall_last_evaluation()
+        # after the restore: a checkpoint refused for this config keeps the config it was written with
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if math.isnan(self.random_return):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
         logger = RunLogger(self.run_dir)

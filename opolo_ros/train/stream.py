@@ -39,7 +39,7 @@ from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
-from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
+from opolo_ros.train.checkpoint import load_checkpoint, restore_runner, save_checkpoint
 from opolo_ros.train.direct import PolicyFn, TrainResult, note_evaluation, run_finished, seed_everything
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runlock import RunFolderLock
@@ -128,10 +128,11 @@ class StreamTrainer:
             self.expert_return = float(np.mean(known)) if known else math.nan
         self.runner = UpdateRunner(self.learner, self.schedule, self.replay, experts)
         self._lock.acquire()  # before anything in the run folder is read or written
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if resume and self.checkpoint_path.is_file():
             self._restore()
             self.hooks.log.info(f"resumed from {self.checkpoint_path} at {self.step} transitions")
+        # after the restore: a checkpoint refused for this config keeps the config it was written with
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self._backlog = self._open_journal(journal, journal_fsync, resume)
         if math.isfinite(cfg.stop_at_return) and is_mjcf(cfg.env_id):
             self.hooks.log.warning(f"stop_at_return={cfg.stop_at_return:g} has no effect: an MJCF task "
@@ -378,11 +379,9 @@ class StreamTrainer:
         if state.get("source") != CHECKPOINT_SOURCE:
             raise ValueError(f"checkpoint {self.checkpoint_path} was written by the direct loop, not by the "
                              "learner node; use another run_dir (or resume:=false to start over)")
-        if state["config"]["env_id"] != self.cfg.env_id or state["config"]["algo"] != self.cfg.algo:
-            raise ValueError(f"checkpoint {self.checkpoint_path} is for {state['config']['algo']} on "
-                             f"{state['config']['env_id']}, not {self.cfg.algo} on {self.cfg.env_id}")
+        restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path,
+                       "use another run_dir (or resume:=false to start over)")
         self.step = state["step"]
-        self.runner.load_state_dict(state["runner"])
         torch.set_rng_state(state["torch_rng"])
         self.acks = {int(k): SourceAck(*v) for k, v in state.get("acks", {}).items()}
         self.episode_stats = dict(state.get("episode_stats", {}))
