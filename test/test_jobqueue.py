@@ -147,6 +147,11 @@ def test_bad_queue_files_are_clear_errors(tmp_path: Path, text: str, expect: str
         load_queue(path)
 
 
+def test_missing_queue_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="queue file not found: .*nope.yaml"):
+        load_queue(tmp_path / "nope.yaml")
+
+
 def test_load_queue_splits_strings_and_keeps_lists(tmp_path: Path) -> None:
     path = tmp_path / "q.yaml"
     path.write_text("jobs:\n  - {name: a, command: \"python -c 'print(1)'\"}\n"

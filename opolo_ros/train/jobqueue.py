@@ -58,6 +58,8 @@ class Job:
 def load_queue(path: str | Path) -> list[Job]:
     """The jobs of a queue file, in order; ValueError naming the file and the entry on any problem."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"queue file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
