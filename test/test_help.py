@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -29,12 +30,32 @@ def test_cli_command_help(command: str, capsys: pytest.CaptureFixture[str]) -> N
     assert f"opolo-ros {command}" in capsys.readouterr().out
 
 
+# Runs each `python ARGV --help` in one interpreter (runpy, as `python SCRIPT` would run it), so the
+# heavy imports are paid once; prints one JSON line per argv: [argv, exit status, output].
+_DRIVER = """
+import contextlib, io, json, runpy, sys
+for argv in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    sys.argv = [*argv, "--help"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+            status = 0
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception as exc:
+            print(f"{type(exc).__name__}: {exc}")
+            status = 1
+    print(json.dumps([argv, status, out.getvalue()]))
+"""
+
+
 def _help(argvs: list[list[str]]) -> list[tuple[list[str], int, str]]:
-    """Run `python ARGV --help` for each argv side by side: (argv, exit status, output)."""
-    procs = [(argv, subprocess.Popen([sys.executable, *argv, "--help"], cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)) for argv in argvs]
-    return [(argv, proc.returncode, out) for argv, proc in procs
-            for out in [proc.communicate(timeout=180)[0]]]
+    """`python ARGV --help` for each argv: (argv, exit status, output)."""
+    run = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(argvs)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return [tuple(json.loads(line)) for line in run.stdout.splitlines()]
 
 
 def test_bench_scripts_help() -> None:
