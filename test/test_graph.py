@@ -21,6 +21,7 @@ from opolo_ros.algo.config import deep_merge, load_run_config  # noqa: E402
 from opolo_ros.data.bags import write_demonstrations  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, load_launch_module  # noqa: E402
 from opolo_ros.sim.rollout import rollout_episodes  # noqa: E402
+from opolo_ros.train.checkpoint import CheckpointError  # noqa: E402
 from opolo_ros.train.direct import DirectTrainer  # noqa: E402
 from opolo_ros.train.logger import RunLogger  # noqa: E402
 from opolo_ros.train.runner import make_schedule  # noqa: E402
@@ -219,6 +220,17 @@ def test_stopped_learner_checkpoints_and_the_graph_resumes(tmp_path, demos, ros_
         assert learner.error is None and learner.result.env_steps == 400
         assert bridge.sent >= 400 - stopped_at  # the bridge continued the counts from the acknowledgement
         assert learner.trainer.learner.critic_steps == learner.trainer.schedule.critic_steps_due(400)
+    # The same run folder with other network sizes: refused in one line; the folder keeps its config.
+    wider = [24, 24]
+    changed = sim_train(tmp_path, demos, {**learner_cfg, "opolo": {"net": {
+        "hidden": wider, "disc_hidden": tiny, "inverse_hidden": tiny}}}, total_steps="400", max_ahead="10")
+    before = (tmp_path / "run" / "config.yaml").read_text()
+    with GraphRunner(changed, ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        assert graph.spin_until(learner.finished.is_set, timeout_s=60.0)
+    assert isinstance(learner.error, CheckpointError), learner.error
+    assert "opolo.net.hidden: [16, 16] -> [24, 24]" in str(learner.error)
+    assert (tmp_path / "run" / "config.yaml").read_text() == before
 
 
 def test_opolo_ros_launch_command_stops_cleanly_and_resumes(tmp_path, demos, ros_domain_id):

@@ -71,6 +71,7 @@ from opolo_ros.nodes.common import (
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
 from opolo_ros.sim.envs import add_time_feature
+from opolo_ros.train.checkpoint import CheckpointError
 from opolo_ros.train.direct import TrainResult
 from opolo_ros.train.runlock import RunFolderInUse
 from opolo_ros.train.stream import Interrupted, StreamHooks, StreamTrainer
@@ -191,7 +192,7 @@ class Learner(FinishableNode):
                 self.trainer.finish()
         except Interrupted:
             pass  # checkpointed below
-        except RunFolderInUse as err:  # a clear condition: one line, no traceback
+        except (RunFolderInUse, CheckpointError) as err:  # clear conditions: one line, no traceback
             self.error = err
             self.get_logger().error(f"learner failed: {err}")
         except Exception as err:  # reported, and the node ends instead of hanging the graph

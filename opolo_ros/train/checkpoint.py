@@ -12,6 +12,10 @@ import torch
 from opolo_ros.algo.config import flatten
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or cannot resume this run (a one-line condition)."""
+
+
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,7 +38,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         return torch.load(path, weights_only=False, map_location="cpu")
     except Exception as exc:  # corrupt or truncated file
-        raise ValueError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -48,13 +52,13 @@ def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], p
                    start_over: str) -> None:
     """Load a checkpoint's runner state (networks, optimisers, normalisers, replay) into `runner`.
 
-    ValueError with one clear line when the checkpoint cannot resume under `config`: another task
+    CheckpointError with one clear line when the checkpoint cannot resume under `config`: another task
     or algorithm, or networks and replay of other shapes (a changed option such as the time
     feature), naming the config values that changed. `start_over` says how to start afresh.
     """
     saved = state["config"]
     if saved["env_id"] != config["env_id"] or saved["algo"] != config["algo"]:
-        raise ValueError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
+        raise CheckpointError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
                          f"not {config['algo']} on {config['env_id']}; {start_over}")
     try:
         runner.load_state_dict(state["runner"])
@@ -62,6 +66,6 @@ def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], p
         changes = config_changes(saved, config)
         shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"checkpoint {path} does not fit this config ({detail[:160]}); changed since "
+        raise CheckpointError(f"checkpoint {path} does not fit this config ({detail[:160]}); changed since "
                          f"it was written: {shown or 'nothing in the config'}. Resume with the config it "
                          f"was written with, or {start_over}") from None

@@ -39,7 +39,7 @@ from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
-from opolo_ros.train.checkpoint import load_checkpoint, restore_runner, save_checkpoint
+from opolo_ros.train.checkpoint import CheckpointError, load_checkpoint, restore_runner, save_checkpoint
 from opolo_ros.train.direct import PolicyFn, TrainResult, note_evaluation, run_finished, seed_everything
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runlock import RunFolderLock
@@ -377,8 +377,8 @@ class StreamTrainer:
     def _restore(self) -> None:
         state = load_checkpoint(self.checkpoint_path)
         if state.get("source") != CHECKPOINT_SOURCE:
-            raise ValueError(f"checkpoint {self.checkpoint_path} was written by the direct loop, not by the "
-                             "learner node; use another run_dir (or resume:=false to start over)")
+            raise CheckpointError(f"checkpoint {self.checkpoint_path} was written by the direct loop, not by "
+                                  "the learner node; use another run_dir (or resume:=false to start over)")
         restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path,
                        "use another run_dir (or resume:=false to start over)")
         self.step = state["step"]
