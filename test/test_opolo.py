@@ -170,3 +170,22 @@ def test_discriminator_separates_states_that_differ_by_little_in_raw_units():
         lrn.update_discriminator(pairs(0.1, 0.05), pairs(0.0, 0.01))
     m = lrn.update_discriminator(pairs(0.1, 0.05), pairs(0.0, 0.01))
     assert m["disc/accuracy"].item() > 0.9
+
+
+def test_load_state_dict_keeps_the_configured_learning_rates():
+    """A resumed run takes networks, Adam moments and counters from the checkpoint, and its
+    learning rates from its own config (a changed lr applies)."""
+    a = make(lr=1e-3)
+    a.update_critic(batch())
+    a.update_inverse(batch())
+    b = make(lr=5e-4, disc_lr=2e-4)
+    b.load_state_dict(a.state_dict())
+    assert [g["lr"] for g in b.critic_opt.param_groups] == [5e-4]
+    assert [g["lr"] for g in b.disc_opt.param_groups] == [2e-4]
+    moments_a = a.critic_opt.state_dict()["state"]
+    moments_b = b.critic_opt.state_dict()["state"]
+    assert moments_a.keys() == moments_b.keys() and moments_a
+    for k in moments_a:
+        assert torch.equal(moments_a[k]["exp_avg"], moments_b[k]["exp_avg"])
+    for x, y in zip(a.critic.parameters(), b.critic.parameters()):
+        assert torch.equal(x, y)

@@ -85,7 +85,14 @@ class Checkpointable:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for k, m in {**self.modules(), **self.optimizers()}.items():
+        """Networks, optimiser moments and counters from `state`; the learning rates stay this
+        object's (its config's), so a resumed run can change them."""
+        for k, m in self.modules().items():
             m.load_state_dict(state[k])
+        for k, opt in self.optimizers().items():
+            lrs = [group["lr"] for group in opt.param_groups]
+            opt.load_state_dict(state[k])
+            for group, lr in zip(opt.param_groups, lrs):
+                group["lr"] = lr
         for n, v in state["counters"].items():
             setattr(self, n, v)
