@@ -4,7 +4,8 @@ Each ``--run LABEL=RUN_DIR`` names a run folder with an ``eval.csv`` (the direct
 ``opolo-ros train`` or ``bench/suite.py``). Prints a markdown table of the normalised score at the
 ``--at`` steps, its mean over every evaluation in ``--window`` (less sensitive to a single dip of a
 noisy curve than one point), and the best evaluation; writes the curves to ``--plot`` and the
-numbers to ``--json``.
+numbers to ``--json``. ``--until STEP`` leaves out later evaluations, so runs that went on longer
+than the others are compared over the same span (table, best and plot).
 
     .venv/bin/python bench/ablation.py --at 100000 200000 300000 --window 100000 300000 \\
         --run stop_gradient=runs/bench_suite/Hopper-v5_opolo_seed0 \\
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--title", default="")
     p.add_argument("--expert-return", dest="expert_return", type=float, help="dashed line in the plot")
     p.add_argument("--json", help="write the summary here")
+    p.add_argument("--until", type=int, help="leave out evaluations after this env step")
     args = p.parse_args(argv)
     window = (args.window[0], args.window[1])
     summaries = {}
@@ -72,18 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         if not csv.is_file():
             print(f"ablation.py: error: {csv} not found", file=sys.stderr)
             return 2
-        summaries[label] = summarise(RunLogger.read_evaluations(csv), args.at, window)
+        summaries[label] = summarise(RunLogger.read_evaluations(csv, until=args.until), args.at, window)
     print(table(summaries, args.at, window))
     if args.plot:
         from opolo_ros.plot import plot_curves
 
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         plot_curves({label: [run_dir / "eval.csv"] for label, run_dir in args.run}, args.plot,
-                    title=args.title, expert_return=args.expert_return)
+                    title=args.title, expert_return=args.expert_return, max_step=args.until)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"runs": {k: str(v) for k, v in args.run}, "window": window,
-                                               "summaries": summaries}, indent=1))
+                                               "until": args.until, "summaries": summaries}, indent=1))
     return 0
 
 

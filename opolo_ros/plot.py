@@ -17,10 +17,11 @@ def plot_learning_curve(eval_csv: str | Path, output: str | Path, title: str = "
 
 
 def plot_curves(groups: Mapping[str, Sequence[str | Path]], output: str | Path, title: str = "",
-                expert_return: float | None = None) -> Path:
+                expert_return: float | None = None, max_step: int | None = None) -> Path:
     """One curve per group (label -> eval.csv files of its seeds): mean over seeds, min-max band.
 
-    A single file per group shows its own evaluation std as the band instead.
+    A single file per group shows its own evaluation std as the band instead. `max_step` leaves out
+    later evaluations (runs of different lengths compared over the same span).
     """
     import matplotlib
 
@@ -29,7 +30,7 @@ def plot_curves(groups: Mapping[str, Sequence[str | Path]], output: str | Path, 
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     for label, files in groups.items():
-        runs = [RunLogger.read_evaluations(f) for f in files]
+        runs = [RunLogger.read_evaluations(f, until=max_step) for f in files]
         runs = [r for r in runs if r]
         if not runs:
             raise ValueError(f"no evaluations in {', '.join(map(str, files))}")

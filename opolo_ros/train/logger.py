@@ -41,13 +41,15 @@ class RunLogger:
         os.replace(tmp, self.eval_csv)
 
     @staticmethod
-    def read_evaluations(path: str | Path) -> list[dict[str, float]]:
+    def read_evaluations(path: str | Path, until: int | None = None) -> list[dict[str, float]]:
+        """The rows of an eval.csv (all floats); with `until`, those at env steps up to it."""
         path = Path(path)
         if not path.is_file():
             return []
         with open(path) as f:
-            return [{k: float(v) if v not in ("", None) else float("nan") for k, v in r.items()}
+            rows = [{k: float(v) if v not in ("", None) else float("nan") for k, v in r.items()}
                     for r in csv.DictReader(f)]
+        return [r for r in rows if until is None or r["env_step"] <= until]
 
     def close(self) -> None:
         if self.writer is not None:
