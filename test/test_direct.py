@@ -1,6 +1,7 @@
 """The direct training loop: checkpoint -> resume gives the same next updates as an uninterrupted run."""
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -255,3 +256,14 @@ def test_a_run_ends_early_once_an_evaluation_reaches_stop_at_return(tmp_path, de
 
     with pytest.raises(ValueError, match="'stop_at_return' .* needs evaluations: set 'eval_every' > 0"):
         small_cfg(tmp_path, demos, "td3", eval_every=0, stop_at_return=100.0)
+
+
+def test_read_evaluations_until_a_step(tmp_path):
+    from opolo_ros.train.logger import RunLogger
+
+    path = tmp_path / "eval.csv"
+    path.write_text("env_step,return_mean\n100,1.0\n200,\n300,3.0\n")
+    rows = RunLogger.read_evaluations(path)
+    assert [r["env_step"] for r in rows] == [100, 200, 300] and math.isnan(rows[1]["return_mean"])
+    assert [r["env_step"] for r in RunLogger.read_evaluations(path, until=200)] == [100, 200]
+    assert RunLogger.read_evaluations(tmp_path / "missing.csv", until=200) == []
