@@ -52,20 +52,20 @@ def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], p
                    start_over: str) -> None:
     """Load a checkpoint's runner state (networks, optimisers, normalisers, replay) into `runner`.
 
-    CheckpointError with one clear line when the checkpoint cannot resume under `config`: another task
-    or algorithm, or networks and replay of other shapes (a changed option such as the time
+    CheckpointError with one clear line when the checkpoint cannot resume under `config`: another
+    task or algorithm, or networks and replay of other shapes (a changed option such as the time
     feature), naming the config values that changed. `start_over` says how to start afresh.
     """
     saved = state["config"]
     if saved["env_id"] != config["env_id"] or saved["algo"] != config["algo"]:
         raise CheckpointError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
-                         f"not {config['algo']} on {config['env_id']}; {start_over}")
+                              f"not {config['algo']} on {config['env_id']}; {start_over}")
     try:
         runner.load_state_dict(state["runner"])
     except (RuntimeError, ValueError, KeyError) as exc:
         changes = config_changes(saved, config)
         shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {path} does not fit this config ({detail[:160]}); changed since "
-                         f"it was written: {shown or 'nothing in the config'}. Resume with the config it "
-                         f"was written with, or {start_over}") from None
+        raise CheckpointError(f"checkpoint {path} does not fit this config ({detail[:160]}); changed "
+                              f"since it was written: {shown or 'nothing in the config'}. Resume with the "
+                              f"config it was written with, or {start_over}") from None
