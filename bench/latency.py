@@ -307,6 +307,11 @@ class Window:
                    wall_s=wall_s, node=node, swaps_sent=swaps_sent, driver_cpu_s=driver_cpu_s,
                    steal_s=steal_s)
 
+    @property
+    def missed_periods(self) -> int:
+        """Observations that got no command + deadlines the driver itself missed."""
+        return self.sent - int(self.rtt_us.size) + self.driver_missed
+
 
 def node_summary(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     """One window: the node's stats; several: the median over windows of each percentile."""
@@ -319,6 +324,11 @@ def node_summary(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def steal_percent(steal_s: float, wall_s: float) -> float:
+    """Steal time in % of all CPUs' time: above a percent or two the host, not the system, is measured."""
+    return 100.0 * steal_s / (wall_s * (os.cpu_count() or 1))
+
+
 def combine(system: System, windows: list[Window]) -> dict[str, Any]:
     """Round-trip statistics over all windows of a system, plus its node's own figures."""
     rtt = np.concatenate([w.rtt_us for w in windows])
@@ -328,19 +338,17 @@ def combine(system: System, windows: list[Window]) -> dict[str, Any]:
     out.update({
         "system": system.name, "params": system.params, "windows": len(windows),
         "sent": sent, "answered": int(rtt.size), "unanswered": sent - int(rtt.size),
-        "driver_missed_deadlines": driver_missed, "missed_periods": sent - int(rtt.size) + driver_missed,
+        "driver_missed_deadlines": driver_missed, "missed_periods": sum(w.missed_periods for w in windows),
         "over_2ms": int((rtt > ROUND_TRIP_LIMIT_US).sum()), "duplicates": sum(w.duplicates for w in windows),
         "driver_lateness": latency.summarize(np.concatenate([w.lateness_us for w in windows])),
         "actor_cpu_percent": 100.0 * sum(w.cpu_s for w in windows) / sum(w.wall_s for w in windows),
         "driver_cpu_percent": 100.0 * sum(w.driver_cpu_s for w in windows) / sum(w.wall_s for w in windows),
         "swaps_sent": sum(w.swaps_sent for w in windows), "node": node_summary([w.node for w in windows]),
-        # of all CPUs' time in the windows: above a percent or two the host, not the system, is measured
-        "steal_percent": 100.0 * sum(w.steal_s for w in windows)
-        / (sum(w.wall_s for w in windows) * (os.cpu_count() or 1)),
+        "steal_percent": steal_percent(sum(w.steal_s for w in windows), sum(w.wall_s for w in windows)),
         # each window on its own, in measuring order: a window the host disturbed shows here
-        "per_window": [{"missed_periods": w.sent - w.rtt_us.size + w.driver_missed,
+        "per_window": [{"missed_periods": w.missed_periods,
                         "p50_us": float(np.percentile(w.rtt_us, 50)) if w.rtt_us.size else None,
-                        "steal_percent": 100.0 * w.steal_s / (w.wall_s * (os.cpu_count() or 1)),
+                        "steal_percent": steal_percent(w.steal_s, w.wall_s),
                         "swaps_sent": w.swaps_sent} for w in windows],
     })
     return out
