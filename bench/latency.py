@@ -30,6 +30,9 @@ the actor's own version instead: the actor receives and decodes each one but its
 which separates the cost of receiving a policy from the cost of loading it. ``--rounds R``
 measures the systems in turn R times (for comparisons under a drifting background load);
 ``--driver-priority 80`` runs the driver SCHED_FIFO, as a robot's controller thread would.
+``--max-steal 4`` leaves out of the statistics every window in which the VM's host took more than
+4 % of the CPU time (steal time, from ``/proc/stat``) and measures that system again, up to
+``--retries`` times: such a window measures the host, not the system (kept in ``per_window``).
 The commands behind the figures in BENCHMARKS.md are listed there.
 
     .venv/bin/python bench/latency.py --duration 60 --out bench/results/latency.json
@@ -50,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,8 +333,23 @@ def steal_percent(steal_s: float, wall_s: float) -> float:
     return 100.0 * steal_s / (wall_s * (os.cpu_count() or 1))
 
 
-def combine(system: System, windows: list[Window]) -> dict[str, Any]:
-    """Round-trip statistics over all windows of a system, plus its node's own figures."""
+def window_summary(w: Window, used: bool) -> dict[str, Any]:
+    """One window on its own: a window the host disturbed shows here."""
+    return {"missed_periods": w.missed_periods,
+            "p50_us": float(np.percentile(w.rtt_us, 50)) if w.rtt_us.size else None,
+            "steal_percent": steal_percent(w.steal_s, w.wall_s), "swaps_sent": w.swaps_sent,
+            "used": used}
+
+
+def combine(system: System, windows: list[Window], excluded: list[Window] | None = None
+            ) -> dict[str, Any]:
+    """Round-trip statistics over the used windows of a system, plus its node's own figures;
+    `excluded` (windows with too much steal time) are listed in `per_window` only."""
+    excluded = excluded or []
+    if not windows:
+        return {"system": system.name, "params": system.params, "windows": 0,
+                "excluded_windows": len(excluded),
+                "per_window": [window_summary(w, False) for w in excluded]}
     rtt = np.concatenate([w.rtt_us for w in windows])
     sent = sum(w.sent for w in windows)
     driver_missed = sum(w.driver_missed for w in windows)
@@ -345,13 +364,25 @@ def combine(system: System, windows: list[Window]) -> dict[str, Any]:
         "driver_cpu_percent": 100.0 * sum(w.driver_cpu_s for w in windows) / sum(w.wall_s for w in windows),
         "swaps_sent": sum(w.swaps_sent for w in windows), "node": node_summary([w.node for w in windows]),
         "steal_percent": steal_percent(sum(w.steal_s for w in windows), sum(w.wall_s for w in windows)),
-        # each window on its own, in measuring order: a window the host disturbed shows here
-        "per_window": [{"missed_periods": w.missed_periods,
-                        "p50_us": float(np.percentile(w.rtt_us, 50)) if w.rtt_us.size else None,
-                        "steal_percent": steal_percent(w.steal_s, w.wall_s),
-                        "swaps_sent": w.swaps_sent} for w in windows],
+        "excluded_windows": len(excluded),
+        # used windows in measuring order, then the excluded ones
+        "per_window": ([window_summary(w, True) for w in windows]
+                       + [window_summary(w, False) for w in excluded]),
     })
     return out
+
+
+def measure_clean(once: Callable[[int], Window], max_steal: float, retries: int
+                  ) -> tuple[list[Window], list[Window]]:
+    """Measure a window (`once(attempt)`) until one has at most `max_steal` % steal time, at most
+    1 + `retries` times: ([the clean window] or [], the windows left out)."""
+    left_out: list[Window] = []
+    for attempt in range(retries + 1):
+        window = once(attempt)
+        if steal_percent(window.steal_s, window.wall_s) <= max_steal:
+            return [window], left_out
+        left_out.append(window)
+    return [], left_out
 
 
 def measure(system: System, args: argparse.Namespace, context: Any, workdir: Path) -> Window:
@@ -518,6 +549,10 @@ def print_table(results: dict[str, dict[str, Any]], checks: dict[str, Any]) -> N
     print(header)
     print("-" * len(header))
     for name, r in results.items():
+        if not r["windows"]:
+            print(f"{name:34s} no window with steal time under --max-steal "
+                  f"({r['excluded_windows']} excluded)")
+            continue
         inf = r.get("node", {}).get("inference", {})
         print(f"{name:34s} {r.get('p50_us', float('nan')):7.0f} {r.get('p99_us', float('nan')):7.0f} "
               f"{r.get('p99.9_us', float('nan')):7.0f} {r.get('max_us', float('nan')):8.0f} "
@@ -527,6 +562,9 @@ def print_table(results: dict[str, dict[str, Any]], checks: dict[str, Any]) -> N
     print("(round trip in us; missed = unanswered observations + driver deadline misses; "
           "cpu% of one core; inference inside the node; steal% of all CPUs: time the VM's host "
           "took, above 1-2 % the window measured the host)")
+    excluded = {name: r["excluded_windows"] for name, r in results.items() if r["excluded_windows"]}
+    if excluded:
+        print(f"windows left out for steal time over --max-steal (measured again): {excluded}")
     for name, check in checks.items():
         print(f"  {'met   ' if check['met'] else 'MISSED'} {name}: {check['value']}")
 
@@ -585,6 +623,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver-priority", type=int, default=0,
                         help="SCHED_FIFO priority of the driver process (as a robot driver would run); "
                              "0 = the normal scheduler")
+    parser.add_argument("--max-steal", type=float, default=float("inf"),
+                        help="percent of steal time above which a window measured the host rather "
+                             "than the system: it is left out of the statistics (kept in per_window) "
+                             "and measured again, up to --retries times (default: keep every window)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help="extra windows per round for a system whose window was left out")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latency.json")
     return parser.parse_args(argv)
 
@@ -623,15 +667,23 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(args.learner_lead)
                 learner_cpu0, learner_wall0 = latency.process_cpu_seconds(learner.pid), time.monotonic()
             windows: dict[str, list[Window]] = {s.name: [] for s in systems}
+            excluded: dict[str, list[Window]] = {s.name: [] for s in systems}
             for round_ in range(args.rounds):
                 for system in systems:
-                    print(f"round {round_ + 1}/{args.rounds}: {system.name} for {args.duration:g} s",
-                          file=sys.stderr, flush=True)
-                    windows[system.name].append(measure(system, args, ctx, workdir))
-                    if learner is not None and learner.poll() is not None:
-                        log = (workdir / "learner.log").read_text()[-2000:]
-                        raise RuntimeError(f"the learner stopped:\n{log}")
-            results = {s.name: combine(s, windows[s.name]) for s in systems}
+                    def once(attempt: int, system: System = system, round_: int = round_) -> Window:
+                        again = f" (again: {attempt} left out for steal time)" if attempt else ""
+                        print(f"round {round_ + 1}/{args.rounds}: {system.name} for {args.duration:g} s"
+                              f"{again}", file=sys.stderr, flush=True)
+                        window = measure(system, args, ctx, workdir)
+                        if learner is not None and learner.poll() is not None:
+                            log = (workdir / "learner.log").read_text()[-2000:]
+                            raise RuntimeError(f"the learner stopped:\n{log}")
+                        return window
+
+                    used, left_out = measure_clean(once, args.max_steal, args.retries)
+                    windows[system.name].extend(used)
+                    excluded[system.name].extend(left_out)
+            results = {s.name: combine(s, windows[s.name], excluded[s.name]) for s in systems}
             if learner is not None:  # how busy the learner was while the systems were measured
                 learner_cpu = ((latency.process_cpu_seconds(learner.pid) - learner_cpu0)
                                / (time.monotonic() - learner_wall0))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("rclpy")
@@ -47,3 +49,38 @@ def test_swaps_are_loaded_and_stale_versions_only_received(tmp_path: Path) -> No
     # decoded and skipped
     assert loaded["swaps_sent"] - 1 <= loaded["node"]["counters"]["swaps"] <= 1 + loaded["swaps_sent"]
     assert received["node"]["counters"]["swaps"] == 1
+
+
+def _window(steal_s: float, missed: int) -> bench_latency.Window:
+    rtt = np.full(10 - missed, 500.0)
+    return bench_latency.Window(rtt_us=rtt, lateness_us=np.zeros(10), sent=10, driver_missed=0,
+                                duplicates=0, cpu_s=0.1, wall_s=1.0, node={}, swaps_sent=0,
+                                driver_cpu_s=0.1, steal_s=steal_s)
+
+
+def test_windows_with_steal_time_are_measured_again_and_left_out(capsys: pytest.CaptureFixture[str]
+                                                                  ) -> None:
+    cpus = os.cpu_count() or 1
+    steal = [0.2 * cpus, 0.1 * cpus, 0.01 * cpus]  # 20 %, 10 %, 1 % of all CPUs over 1 s
+    attempts: list[int] = []
+
+    def once(attempt: int) -> bench_latency.Window:
+        attempts.append(attempt)
+        return _window(steal[attempt], missed=attempt)
+
+    used, left_out = bench_latency.measure_clean(once, max_steal=4.0, retries=2)
+    assert attempts == [0, 1, 2] and [w.missed_periods for w in used] == [2]
+    assert [w.missed_periods for w in left_out] == [0, 1]
+    system = bench_latency.System.parse("actor")
+    result = bench_latency.combine(system, used, left_out)
+    assert (result["windows"], result["excluded_windows"], result["missed_periods"]) == (1, 2, 2)
+    assert [w["used"] for w in result["per_window"]] == [True, False, False]
+
+    attempts.clear()
+    used, left_out = bench_latency.measure_clean(once, max_steal=0.5, retries=1)
+    assert attempts == [0, 1] and used == [] and len(left_out) == 2
+    empty = bench_latency.combine(system, used, left_out)
+    assert empty["windows"] == 0 and empty["excluded_windows"] == 2 and "p50_us" not in empty
+    assert bench_latency.verdict({"actor": empty}, with_learner=False) == {}
+    bench_latency.print_table({"actor": empty}, {})
+    assert "no window with steal time under --max-steal (2 excluded)" in capsys.readouterr().out
