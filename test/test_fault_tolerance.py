@@ -372,6 +372,7 @@ class SignalTargets:
         batch = m.replay_to_msg(obs[:-1], rng.uniform(-3, 3, (WARMUP, 1)), obs[1:], np.ones(WARMUP),
                                 np.zeros(WARMUP), np.zeros(WARMUP), seq=0, source=1)
         policies: dict[str, bytes] = {}
+        replay_pubs = {}
         for signame in SIGNALS:
             ns = f"/{signame.lower()}"
             demo_pub = self.node.create_publisher(Float32MultiArray, f"{ns}/opolo/demonstrations",
@@ -385,7 +386,21 @@ class SignalTargets:
                                                     qos_for("replay"))
             assert spin_until(self.executor, lambda p=replay_pub: p.get_subscription_count() > 0, 60.0)
             replay_pub.publish(batch)
-        assert spin_until(self.executor, lambda: len(policies) == len(SIGNALS), 60.0), "no learner policy"
+            replay_pubs[signame] = replay_pub
+        sent = [time.monotonic()]
+
+        def every_learner_has_a_policy() -> bool:
+            # Our writer sees the learner's reader before that reader has matched our writer (it is
+            # in another process, so linked() cannot tell): a batch sent in between is dropped.
+            # Send it again to a learner still silent; it skips a batch it has (same source, seq).
+            if time.monotonic() - sent[0] > 2.0:
+                for signame, pub in replay_pubs.items():
+                    if signame not in policies:
+                        pub.publish(batch)
+                sent[0] = time.monotonic()
+            return len(policies) == len(SIGNALS)
+
+        assert spin_until(self.executor, every_learner_has_a_policy, 60.0), "no learner policy"
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 90.0
