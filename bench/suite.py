@@ -9,14 +9,16 @@ policy's. Each task runs with its parameter file (config/<task>.yaml); OPOLO-x i
 lambda = 0 (no inverse-action regulariser). Runs resume from their run folders, so the benchmark can
 be stopped and continued; cells not reached yet, or tasks without an expert bag in
 models/demos/<task>, are reported as missing, never filled in. With --plots, one learning-curve PNG
-per task from the runs' eval.csv files; --report makes the table and plots from the run folders
-without running anything.
+per task from the runs' eval.csv files, which are copied next to it (<plots>/<run>/eval.csv);
+--report makes the table and plots from the run folders without running anything (from those
+copies too: --run-root bench/results/suite).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -96,6 +98,12 @@ def plot(env_id: str, variants: list[str], seeds: list[int], run_root: str, out_
     groups = {v: files for v, files in groups.items() if files}
     if not groups:
         return None
+    for files in groups.values():  # the logs go next to the plot: it can be drawn again from them
+        for log in files:
+            copy = Path(out_dir) / log.parent.name / log.name
+            if copy.resolve() != log.resolve():
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, copy)
     return plot_curves(groups, Path(out_dir) / f"{env_id}.png", title=f"OPOLO on {env_id}",
                        expert_return=expert_return(task_config(env_id)))
 
