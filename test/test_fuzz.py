@@ -125,6 +125,36 @@ def test_decoders_raise_only_message_error(msg) -> None:
         assert all(np.isfinite(a).all() for a in arrays)  # what decodes is usable as it is
 
 
+@st.composite
+def serialized_policies(draw) -> bytes:
+    """Bytes as a raw policy subscription hands them over: any, or a serialized message cut short,
+    grown or with bytes changed."""
+    from rclpy.serialization import serialize_message
+
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=200))
+    raw = bytearray(serialize_message(draw(random_arrays()) if draw(st.booleans()) else
+                                      m.policy_to_msg(draw(st.binary(min_size=1, max_size=40)), 3)))
+    change = draw(st.sampled_from(["none", "cut", "grow", "flip"]))
+    if change == "cut":
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    elif change == "grow":
+        raw += draw(st.binary(min_size=1, max_size=20))
+    elif change == "flip" and raw:
+        raw[draw(st.integers(0, len(raw) - 1))] ^= draw(st.integers(1, 255))
+    return bytes(raw)
+
+
+@FUZZ
+@given(data=serialized_policies())
+def test_serialized_policy_decoder_raises_only_message_error(data: bytes) -> None:
+    try:
+        policy = m.serialized_to_policy(data)
+    except m.MessageError:
+        return
+    assert policy.model and policy.version >= 0
+
+
 # ------------------------------------------------------------------------------------ callbacks
 
 @pytest.fixture(scope="module")

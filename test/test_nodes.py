@@ -118,8 +118,10 @@ def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domai
     assert episodes[0].ret == 2.0
 
 
-def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node):
-    """Policies arrive mid-run on /opolo/policy; a mismatched one is refused; no step is lost.
+@pytest.mark.parametrize("decode_in_loader", [True, False])
+def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node, decode_in_loader):
+    """Policies arrive mid-run on /opolo/policy; a mismatched one and messages holding no policy
+    are refused; no step is lost. Decoded in the loader thread (default) or by rclpy.
 
     Each policy outputs a constant, so the actions on the wire show which policy chose them.
     """
@@ -130,7 +132,8 @@ def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_no
         NodeSpec("sim_bridge", "sim_bridge", parameters={
             "env_id": ENV, "mode": "lockstep", "flow_control": False, "publish_replay": False,
             "joint_states_topic": "", "max_episode_steps": 50}),
-        NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(first)}),
+        NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(first),
+                                               "decode_policy_in_loader": decode_in_loader}),
     ]
     sender, sender_exec = ros_node("policy_sender")
     policy_pub = sender.create_publisher(UInt8MultiArray, "/opolo/policy", qos_for("policy"))
@@ -152,11 +155,16 @@ def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_no
             assert spin_until(both, lambda t=target: bridge.steps > t, timeout_sec=20.0)
             if version != 3:
                 assert spin_until(both, lambda v=version: actor.version == v, timeout_sec=5.0)
+        policy_pub.publish(UInt8MultiArray(data=[1, 2, 3]))  # no onnx/version layout
+        assert spin_until(both, lambda: actor.rejected == 2, timeout_sec=5.0)
+        if decode_in_loader:  # not even a UInt8MultiArray in CDR
+            actor._on_serialized_policy(b"\x00\x01\x00\x00" + bytes(range(40)))
+            assert spin_until(both, lambda: actor.rejected == 3, timeout_sec=5.0)
         deadline = time.monotonic() + 0.3
         spin_until(both, lambda: time.monotonic() > deadline, timeout_sec=1.0)
         steps, actions, republished = bridge.steps, actor.actions, bridge.republished
-        rejected, version = actor.rejected, actor.version
-    assert rejected == 1 and version == 4  # the obs_dim-5 model was refused, v2 kept until v4
+        version = actor.version
+    assert version == 4  # the obs_dim-5 model was refused, v2 kept until v4, the messages changed nothing
     assert republished == 0, "an observation went unanswered (a dropped control step)"
     assert actions - steps in (0, 1), (actions, steps)  # one action per observation (+1 in flight)
     values = np.round(np.array(seen), 6)

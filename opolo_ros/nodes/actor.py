@@ -41,9 +41,12 @@ Real-time path (deploy)
 Policies
     From ``model`` (a file; with ``watch_model`` a changed file is reloaded) and/or from
     ``/opolo/policy`` (ONNX bytes + version, transient local, so a late actor gets the newest).
-    A new model is loaded and warmed up in a loader thread, off the control path, then swapped in
-    one assignment. Building an onnxruntime session holds the GIL for about a millisecond, so the
-    loader starts each such step right after a control step (the longest gap before the next
+    A policy message is taken serialized and deserialized by the loader thread
+    (``decode_policy_in_loader``): rclpy's own decoding of a 270 kB model takes ~200 us on the
+    executor thread, in the way of the control callback. A new model is loaded and warmed up in
+    the loader thread, off the control path, then swapped in one assignment. Building an
+    onnxruntime session holds the GIL for about a millisecond, so the loader starts each such
+    step (and each deserialization) right after a control step (the longest gap before the next
     observation) rather than at a random moment; and when policies are swapped in at once
     (deploy, or ``swap_delay: -1``), a model with the same graph as an earlier one is not built
     at all: its weights are copied into an idle session of that graph (``reuse_sessions``,
@@ -70,7 +73,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -96,6 +99,14 @@ from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
 
+
+@dataclass(frozen=True)
+class SerializedPolicy:
+    """A policy message as it came off the topic, for the loader thread to deserialize."""
+
+    data: bytes
+
+
 POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
 COUNTER_QOS = POLICY_VERSION_QOS  # a late `ros2 topic echo` sees the current count
@@ -117,7 +128,7 @@ class Actor(FinishableNode):
         self.actions = 0  # actions published (re-requests and safe commands included)
         self.repeats = 0  # re-requested observations answered from the cache
         self.swaps = 0
-        self.rejected = 0  # policies refused
+        self.rejected = 0  # policies refused (messages without a usable policy included)
         self.rejected_observations = 0  # non-finite or wrong-length observations dropped
         self.safe_commands = 0  # watchdog commands published
         self.stale_events = 0  # times observations went stale
@@ -137,7 +148,7 @@ class Actor(FinishableNode):
                       if p["joints"] else None)
 
         self.newest_version = -1
-        self._requests: queue.Queue[tuple[bytes | str, int | None]] = queue.Queue()
+        self._requests: queue.Queue[tuple[bytes | str | SerializedPolicy, int | None]] = queue.Queue()
         self._staged: list[LoadedPolicy] = []
         self._stage_lock = threading.Lock()
         self._stop = threading.Event()
@@ -214,7 +225,10 @@ class Actor(FinishableNode):
             qos = RELIABLE_DEFAULT_QOS if reliable else qos_for("observation")
             self.create_subscription(Float32MultiArray, p["observation_topic"], self._on_observation, qos)
         if p["subscribe_policy"]:
-            self.create_subscription(UInt8MultiArray, p["policy_topic"], self._on_policy, qos_for("policy"))
+            raw = p["decode_policy_in_loader"]
+            self.create_subscription(UInt8MultiArray, p["policy_topic"],
+                                     self._on_serialized_policy if raw else self._on_policy,
+                                     qos_for("policy"), raw=raw)
         if self.rate_hz > 0:
             self.create_timer(1.0 / self.rate_hz, self._on_timer)
         elif self.mode == "deploy" and p["watchdog_rate_hz"] > 0:
@@ -223,12 +237,22 @@ class Actor(FinishableNode):
     # ------------------------------------------------------------------ policies
     def _on_policy(self, msg: UInt8MultiArray) -> None:
         """Only hands the bytes to the loader thread: loading is off the control path."""
+        policy = self._decoded(m.msg_to_policy, msg)
+        if policy is not None:
+            self.request_load(policy.model, policy.version)
+
+    def _on_serialized_policy(self, data: bytes) -> None:
+        """Queues the serialized message as it came: the loader thread decodes it at a safe point."""
+        self._requests.put((SerializedPolicy(data), None))
+
+    def _decoded(self, decode: Callable[[Any], m.PolicyMessage], msg: Any) -> m.PolicyMessage | None:
+        """The policy in a message; None (logged and counted in `rejected`) when it holds none."""
         try:
-            policy = m.msg_to_policy(msg)
+            return decode(msg)
         except m.MessageError as err:
+            self.rejected += 1
             self.get_logger().error(f"rejected policy message: {err}")
-            return
-        self.request_load(policy.model, policy.version)
+            return None
 
     def request_load(self, source: bytes | str, version: int | None = None) -> None:
         """Queue a model for the loader thread (file path or ONNX bytes, with the topic's version)."""
@@ -240,6 +264,12 @@ class Actor(FinishableNode):
                 source, version = self._requests.get(timeout=0.2)
             except queue.Empty:
                 continue
+            if isinstance(source, SerializedPolicy):
+                self._safe_point()  # deserializing holds the GIL: right after a control step
+                policy = self._decoded(m.serialized_to_policy, source.data)
+                if policy is None:
+                    continue
+                source, version = policy.model, policy.version
             if version is not None and version <= self.newest_version and not isinstance(source, str):
                 continue  # an older policy (e.g. a transient-local replay of one already loaded)
             reference = self.current or (self._staged[-1] if self._staged else None)
