@@ -84,3 +84,13 @@ def test_windows_with_steal_time_are_measured_again_and_left_out(capsys: pytest.
     assert bench_latency.verdict({"actor": empty}, with_learner=False) == {}
     bench_latency.print_table({"actor": empty}, {})
     assert "no window with steal time under --max-steal (2 excluded)" in capsys.readouterr().out
+
+
+@pytest.mark.ros
+def test_policy_take_bench_decodes_every_message(tmp_path: Path) -> None:
+    out = tmp_path / "take.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "policy_take.py"), "--messages", "3",
+                          "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(out.read_text())["results"]  # the script checks each decoded model itself
+    assert len(results) == 6 and all(r["count"] == 3 and r["p50_us"] > 0 for r in results.values())
