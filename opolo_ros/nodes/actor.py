@@ -41,10 +41,11 @@ Real-time path (deploy)
 Policies
     From ``model`` (a file; with ``watch_model`` a changed file is reloaded) and/or from
     ``/opolo/policy`` (ONNX bytes + version, transient local, so a late actor gets the newest).
-    A policy message is taken serialized and deserialized by the loader thread
-    (``decode_policy_in_loader``): rclpy's own decoding of a 270 kB model takes ~200 us on the
-    executor thread, in the way of the control callback. A new model is loaded and warmed up in
-    the loader thread, off the control path, then swapped in one assignment. Building an
+    rclpy deserializes a policy message on the executor thread (about 0.5 ms for a 270 kB model);
+    with ``decode_policy_in_loader`` it is taken serialized and the loader thread deserializes it
+    instead, right after a control step (no fewer missed periods measured, BENCHMARKS.md). A new
+    model is loaded and warmed up in the loader thread, off the control path, then swapped in one
+    assignment. Building an
     onnxruntime session holds the GIL for about a millisecond, so the loader starts each such
     step (and each deserialization) right after a control step (the longest gap before the next
     observation) rather than at a random moment; and when policies are swapped in at once
