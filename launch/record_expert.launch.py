@@ -29,9 +29,19 @@ ARGUMENTS = [
     LaunchArg("seed", "0", "seed of the simulation (episode start states)"),
     LaunchArg("namespace", "", "namespace of the nodes (observation and action topics)"),
     LaunchArg("params_file", "", "ROS 2 parameter file; empty = the package's config/<task>.yaml, if any"),
-    LaunchArg("time_feature", "false", "whether the expert sees the time feature (the bag stores "
-                                       "the observations the expert sees)"),
+    LaunchArg("time_feature", "auto", "whether the expert sees the time feature 1 - t/T: auto = "
+                                      "as the model's metadata says; the bag stores the "
+                                      "environment's observations without it either way"),
 ]
+
+
+def expert_time_feature(value: str, model: str) -> bool:
+    """The `time_feature` argument: true/false, or auto = the model's `time_feature` metadata."""
+    if value.strip().lower() != "auto":
+        return bool(yaml_value(value))
+    from opolo_ros.export.onnx_policy import load_policy
+
+    return load_policy(model).metadata.time_feature
 
 
 def describe(args: dict) -> list:
@@ -40,10 +50,11 @@ def describe(args: dict) -> list:
     params_file = resolve_path(args["params_file"]) or task_params_file(env)
     model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
     output = args["output"] or f"demos/{env}_seed{seed}"
+    time_feature = expert_time_feature(args["time_feature"], model)
     return [
         NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
             **node_parameters(params_file, "sim_bridge", ns), "env_id": env, "seed": seed,
-            "time_feature": bool(yaml_value(args["time_feature"])), "mode": "lockstep",
+            "time_feature": time_feature, "mode": "lockstep",
             "flow_control": False, "wait_for_subscribers": 1}),
         NodeSpec("actor", "actor", namespace=ns, parameters={
             **node_parameters(params_file, "actor", ns), "mode": "deploy", "model": model,
@@ -51,7 +62,7 @@ def describe(args: dict) -> list:
         NodeSpec("demo_recorder", "demo_recorder", namespace=ns, exit_ends_launch=True, parameters={
             **node_parameters(params_file, "demo_recorder", ns), "output": output,
             "episodes": int(args["episodes"]), "storage": args["storage"], "env_id": env,
-            "expert": model.rsplit("/", 1)[-1]}),
+            "expert": model.rsplit("/", 1)[-1], "drop_time_feature": time_feature}),
     ]
 
 

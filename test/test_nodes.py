@@ -45,16 +45,21 @@ class Linear(torch.nn.Module):
         return torch.clamp(obs @ self.k.T + self.b, -1.0, 1.0)
 
 
-def onnx_policy(path: Path, gains, bias: float = 0.0, version: int = 0, obs_dim: int = 4) -> Path:
+def onnx_policy(path: Path, gains, bias: float = 0.0, version: int = 0, obs_dim: int = 4,
+                time_feature: bool = False) -> Path:
     torch.set_num_threads(1)
     return export_policy(Linear(gains, bias, obs_dim), path, action_low=-3.0, action_high=3.0,
-                         metadata={"env_id": ENV, "version": version, "source": "test"})
+                         metadata={"env_id": ENV, "version": version, "source": "test",
+                                   "time_feature": int(time_feature)})
 
 
-@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
-def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage):
+@pytest.mark.parametrize("storage,time_feature", [("mcap", False), ("sqlite3", False), ("mcap", True)])
+def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage, time_feature):
+    """With an expert that takes the time feature (its metadata says so: the launch's `auto`), the
+    bridge appends it and the bag still holds the environment's observations."""
     # A stabilising state feedback (K = [2, 20, 1, 1], /3 for [-1, 1] units) as the ONNX expert.
-    expert = onnx_policy(tmp_path / "expert.onnx", [2 / 3, 20 / 3, 1 / 3, 1 / 3])
+    gains = [2 / 3, 20 / 3, 1 / 3, 1 / 3] + [0.0] * time_feature
+    expert = onnx_policy(tmp_path / "expert.onnx", gains, obs_dim=len(gains), time_feature=time_feature)
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"sim_bridge": {"ros__parameters": {"max_episode_steps": 120}}}))
     record = load_launch_module(ROOT / "launch" / "record_expert.launch.py")
@@ -62,7 +67,9 @@ def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage):
     bag = tmp_path / "bag"
     args.update(env=ENV, model=str(expert), output=str(bag), episodes="2", storage=storage, seed="4",
                 params_file=str(params))
-    with GraphRunner(record.describe(args), ros_domain_id) as graph:
+    specs = record.describe(args)
+    assert specs[0].parameters["time_feature"] is time_feature
+    with GraphRunner(specs, ros_domain_id) as graph:
         assert graph.spin_until(graph.done, timeout_s=60.0), "the recorder did not finish"
         recorded = graph.nodes["demo_recorder"].episodes
     assert [len(ep.obs) for ep in recorded] == [121, 121]  # the expert balances: time-limit ends

@@ -62,6 +62,11 @@ class PolicyMetadata:
     source: str = "opolo_ros"
     extra: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def time_feature(self) -> bool:
+        """Whether the policy expects the time feature 1 - t/T as its last input."""
+        return str(self.extra.get("time_feature", "0")).strip().lower() in ("1", "true", "yes")
+
     def to_props(self) -> dict[str, str]:
         props = {
             "env_id": self.env_id,

@@ -38,6 +38,9 @@ PARAMETERS: dict[str, tuple] = {
     "replay_topic": ("/opolo/replay", "replay stream to record"),
     "demonstrations_topic": ("/opolo/demonstrations", "publish each recorded episode here; empty = "
                                                       "do not publish"),
+    "drop_time_feature": (False, "the replay observations end with the bridge's time feature "
+                                 "(1 - t/T): store them without it, as the environment gives them "
+                                 "(a learner with time_feature adds its own)"),
 }
 
 
@@ -48,6 +51,7 @@ class DemoRecorder(FinishableNode):
         self.output = Path(p["output"])
         self.storage, self.target = p["storage"], p["episodes"]
         self.env_id, self.expert = p["env_id"], p["expert"]
+        self._keep = slice(0, -1) if p["drop_time_feature"] else slice(None)  # of each state's values
         replay_topic, demo_topic = p["replay_topic"], p["demonstrations_topic"]
         if not str(self.output) or str(self.output) == ".":
             raise ParameterError("parameter 'output' (the bag folder to write) is required")
@@ -86,8 +90,8 @@ class DemoRecorder(FinishableNode):
                 self._states, self._return = [], 0.0
                 continue
             if not self._states:
-                self._states.append(batch.obs[i])
-            self._states.append(batch.next_obs[i])
+                self._states.append(batch.obs[i, self._keep])
+            self._states.append(batch.next_obs[i, self._keep])
             self._return += float(batch.reward[i])
             if batch.terminated[i] or batch.truncated[i]:
                 self._end_episode(bool(batch.terminated[i]))
