@@ -1,11 +1,19 @@
 """Deploy a policy on a robot: the actor alone, remapped to the robot's state and command topics.
 
-    ros2 launch opolo_ros deploy.launch.py model:=runs/opolo/Hopper-v5/policy.onnx \
-        observation_topic:=/joint_states joints:=rootz,rooty,thigh_joint,leg_joint,foot_joint \
+    ros2 launch opolo_ros deploy.launch.py model:=models/experts/InvertedPendulum-v5.onnx \
+        observation_topic:=/joint_states joints:=slider,hinge \
         action_topic:=/forward_effort_controller/commands
 
     ros2 launch opolo_ros deploy.launch.py model:=models/experts/InvertedPendulum-v5.onnx \
-        params_file:=config/deploy_inverted_pendulum.yaml
+        params_file:=config/deploy_inverted_pendulum.yaml observation_topic:=/joint_states \
+        action_topic:=/forward_effort_controller/commands
+
+The JointState observation is ``joints`` x ``joint_fields`` (default: the positions of the joints,
+then their velocities) and must be the model's whole input, ``obs_dim`` values: InvertedPendulum's
+is qpos then qvel of (slider, hinge), 4 values. The actor refuses to start otherwise. A task whose
+observation is not of this form (Hopper-v5: qpos[1:], 5 values, and qvel, 6) or a policy trained
+with ``time_feature: true`` (its last input is 1 - t/T) needs Float32MultiArray observations that
+hold the whole input, in the policy's order.
 
 Deterministic policy, commands clamped to the model's bounds (or ``action_low``/``action_high``)
 and optionally rate limited, published at ``rate_hz`` from the newest observation in the
@@ -14,8 +22,9 @@ ros2_control convention (std_msgs/Float64MultiArray, reliable QoS as
 counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
 
-Safety and real-time arguments left empty take the value of ``params_file`` (its ``actor``
-section), else the node's default, which each description names; given, they override the file.
+Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos`` and
+``watch_model``) take the value of ``params_file`` (its ``actor`` section), else the default each
+description names; given, they override the file.
 List values are comma-separated (``safe_command:=0.0,0.0``).
 """
 
@@ -28,9 +37,12 @@ ARGUMENTS = [
     LaunchArg("action_topic", "action", "the robot's command topic (remap target of 'action')"),
     LaunchArg("joints", "", "comma-separated joint names: read sensor_msgs/JointState in this order "
                             "(positions, then velocities); empty = Float32MultiArray observations"),
-    LaunchArg("rate_hz", "50.0", "command rate; 0 = one command per observation"),
-    LaunchArg("command_qos", "reliable", "reliable (ros2_control) or best_effort (the sim bridge)"),
-    LaunchArg("watch_model", "false", "reload the model file when it changes"),
+    LaunchArg("rate_hz", "", "command rate; 0 = one command per observation; empty = the params "
+                             "file, else 50"),
+    LaunchArg("command_qos", "", "reliable (ros2_control) or best_effort (the sim bridge); empty = "
+                                 "the params file, else reliable"),
+    LaunchArg("watch_model", "", "true: reload the model file when it changes; empty = the params "
+                                 "file, else false"),
     LaunchArg("params_file", "", "ROS 2 parameter file with an 'actor' section (safety limits, ...)"),
     LaunchArg("action_low", "", "comma-separated lower command limits; empty = the params file, "
                                 "else the model's bounds"),
@@ -53,7 +65,10 @@ ARGUMENTS = [
 ]
 
 FLOAT_LISTS = ("action_low", "action_high", "safe_command")
-FLOATS = ("max_action_rate", "observation_timeout_s", "watchdog_rate_hz")
+FLOATS = ("rate_hz", "max_action_rate", "observation_timeout_s", "watchdog_rate_hz")
+# Where neither the argument nor the params file sets them: this launch file's defaults (the
+# node's are for training: rate_hz 0, best-effort commands).
+DEPLOY_DEFAULTS = {"rate_hz": 50.0, "command_qos": "reliable", "watch_model": False}
 
 
 def _numbers(text: str, kind: type) -> list:
@@ -64,7 +79,7 @@ def _numbers(text: str, kind: type) -> list:
 
 
 def _given(args: dict) -> dict:
-    """The safety and real-time arguments the user set, as typed parameter values."""
+    """The arguments the user set (of those that default to the params file), as typed values."""
     out: dict = {}
     for name in FLOAT_LISTS:
         if args[name]:
@@ -72,8 +87,11 @@ def _given(args: dict) -> dict:
     for name in FLOATS:
         if args[name]:
             out[name] = float(args[name])
-    if args["executor"]:
-        out["executor"] = args["executor"]
+    for name in ("executor", "command_qos"):
+        if args[name]:
+            out[name] = args[name]
+    if args["watch_model"]:
+        out["watch_model"] = args["watch_model"].lower() in ("true", "1", "yes")
     if args["cpu_affinity"]:
         out["cpu_affinity"] = _numbers(args["cpu_affinity"], int)
     if args["sched_priority"]:
@@ -87,10 +105,8 @@ def describe(args: dict) -> list:
         raise ValueError("deploy needs model:=<policy.onnx>")
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"])
-    parameters = {**node_parameters(params_file, "actor", ns), "mode": "deploy",
-                  "model": resolve_path(args["model"]), "subscribe_policy": False,
-                  "rate_hz": float(args["rate_hz"]), "command_qos": args["command_qos"],
-                  "watch_model": args["watch_model"].lower() in ("true", "1", "yes"), **_given(args)}
+    parameters = {**DEPLOY_DEFAULTS, **node_parameters(params_file, "actor", ns), "mode": "deploy",
+                  "model": resolve_path(args["model"]), "subscribe_policy": False, **_given(args)}
     joints = [j.strip() for j in args["joints"].split(",") if j.strip()]
     if joints:
         parameters["joints"] = joints

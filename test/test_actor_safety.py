@@ -169,6 +169,78 @@ def test_bad_observations_are_dropped_counted_and_never_reach_the_model(tmp_path
 
 
 @pytest.mark.parametrize("rate_hz", [0.0, 50.0], ids=["per-observation", "fixed-rate"])
+def test_joint_state_of_another_size_than_the_policy_is_dropped_and_counted(tmp_path, ros_domain_id,
+                                                                            ros_node, rate_hz):
+    """A policy of another input size swapped in (one assignment, as the loader's swap; here
+    without the loader's size check): the 4 values of the JointState spec never reach its model,
+    each observation is dropped and counted; with a policy of the spec's size back, the actor
+    answers again. Before the fix the model got them and the callback raised (numpy broadcast)."""
+    from opolo_ros.nodes.actor_runtime import LoadedPolicy
+
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)  # 0.3 in env units
+    wider = LoadedPolicy.load(str(onnx_policy(tmp_path / "p6.onnx", [0.0] * 6, bias=-0.1, obs_dim=6)),
+                              None, None, None)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, joint_state=True, rate_hz=rate_hz,
+                       observation_timeout_s=60.0)
+    with graph:
+        actor = rig.actor
+        rig.send(good_message(GOOD[0], True))
+        assert rig.spin_until(lambda: rig.commands)
+        fitting = actor.current
+        spy = Spy(wider.runner)
+        actor.current = dataclasses.replace(wider, runner=spy, bounds=fitting.bounds)
+        for _ in range(3):
+            rig.send(good_message(GOOD[1], True))
+        assert rig.spin_until(lambda: rig.counts[-1:] == [3]), rig.counts
+        rig.spin_for(0.2)  # a fixed-rate actor would command from a dropped observation here
+        during = len(rig.commands)
+        actor.current = fitting
+        rig.send(good_message(GOOD[1], True))
+        assert rig.spin_until(lambda: len(rig.commands) > during)
+    assert actor.rejected_observations == 3 and spy.inputs == [], "a wrong-size observation reached the model"
+    assert all(v == pytest.approx(0.3) for _, v in rig.commands), rig.commands  # never the 6-input policy
+    assert actor.safe_commands == 0 and actor.nonfinite_actions == 0
+
+
+def test_joint_state_actor_refuses_a_policy_of_another_size(tmp_path, ros_domain_id, ros_node):
+    """No model at start: the first policy must still fit the JointState spec (4 values)."""
+    graph = GraphRunner([NodeSpec("actor", "actor", parameters={
+        "mode": "deploy", "subscribe_policy": False, "joints": JOINTS, "observation_qos": "reliable",
+        "command_qos": "reliable", "observation_timeout_s": 60.0})], ros_domain_id)
+    peer, peer_executor = ros_node("peer")
+    rig = Rig(graph, peer, peer_executor, joint_state=True)
+    with graph:
+        actor = rig.actor
+        actor.request_load(str(onnx_policy(tmp_path / "p6.onnx", [0.0] * 6, obs_dim=6)))
+        assert rig.spin_until(lambda: actor.rejected == 1), "a policy of another size was loaded"
+        assert actor.current is None
+        actor.request_load(str(onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)))
+        assert rig.spin_until(lambda: actor.current is not None)
+        rig.send(good_message(GOOD[0], True))
+        assert rig.spin_until(lambda: rig.commands)
+    assert rig.commands[0][1] == pytest.approx(0.3) and actor.rejected_observations == 0
+
+
+@pytest.mark.parametrize("case", ["fewer joints", "time feature"])
+def test_joint_state_spec_that_does_not_fit_the_model_is_refused_at_start_up(tmp_path, ros_domain_id, case):
+    from opolo_ros.nodes.common import ParameterError
+
+    if case == "fewer joints":
+        model, joints = onnx_policy(tmp_path / "p.onnx", [0.0] * 4), ["slider"]
+        expect = r"give 2 values \(1 joints x 2 fields: position, velocity\), the policy .* has obs_dim 4$"
+    else:  # InvertedPendulum trained with the time feature: 4 joint values + 1 - t/T
+        model, joints = onnx_policy(tmp_path / "p.onnx", [0.0] * 5, obs_dim=5, time_feature=True), JOINTS
+        expect = r"give 4 values .* obs_dim 5; it was trained with time_feature: true.*\(1 - t/T\)"
+    spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model),
+                                                  "subscribe_policy": False, "joints": joints})
+    with pytest.raises(ParameterError, match=expect) as err:
+        GraphRunner([spec], ros_domain_id)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ParameterError, match="parameter 'obs_dim' is 6"):
+        GraphRunner([dataclasses.replace(spec, parameters={**spec.parameters, "obs_dim": 6})], ros_domain_id)
+
+
+@pytest.mark.parametrize("rate_hz", [0.0, 50.0], ids=["per-observation", "fixed-rate"])
 def test_watchdog_publishes_the_safe_command_when_observations_stop_and_recovers(
         tmp_path, ros_domain_id, ros_node, rate_hz):
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)  # always 0.3 in env units

@@ -13,6 +13,11 @@ one-step-old command on 10 % of the steps topples it within 300 steps), so on a 
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,7 +26,7 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from opolo_ros.launch_runner import GraphRunner, NodeSpec, load_launch_module  # noqa: E402
+from opolo_ros.launch_runner import GraphRunner, NodeSpec, describe_launch, load_launch_module  # noqa: E402
 from opolo_ros.sim.tasks import control_period  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -30,6 +35,7 @@ ENV = "InvertedPendulum-v5"
 EXPERT = ROOT / "models" / "experts" / f"{ENV}.onnx"
 COMMANDS = "/forward_effort_controller/commands"
 PARAMS = str(ROOT / "config" / "deploy_inverted_pendulum.yaml")
+OPOLO_ROS = str(Path(sys.executable).parent / "opolo-ros")
 SIM_SECONDS = 60.0
 TIME_SCALE = 4.0
 
@@ -56,6 +62,62 @@ def test_deploy_launch_passes_the_safety_arguments():
     assert defaults.parameters["observation_timeout_s"] == 0.1  # empty argument: the file's value
     with pytest.raises(ValueError, match="comma-separated numbers"):
         deploy_actor(model=str(EXPERT), safe_command="zero")
+
+
+def test_rate_qos_and_watch_model_come_from_the_argument_else_the_params_file_else_the_defaults(tmp_path):
+    params = tmp_path / "p.yaml"
+    params.write_text("actor:\n  ros__parameters:\n"
+                      "    {rate_hz: 0.0, command_qos: best_effort, watch_model: true}\n")
+    model = f"model:={EXPERT}"
+
+    def parameters(*argv: str) -> tuple:
+        p = describe_launch("deploy", [model, *argv])[2][0].parameters
+        return p["rate_hz"], p["command_qos"], p["watch_model"]
+
+    assert parameters() == (50.0, "reliable", False)  # no params file: as before
+    assert parameters(f"params_file:={params}") == (0.0, "best_effort", True)
+    assert parameters(f"params_file:={params}", "rate_hz:=20", "command_qos:=reliable",
+                      "watch_model:=false") == (20.0, "reliable", False)
+    assert parameters("rate_hz:=0", "command_qos:=best_effort", "watch_model:=true") == \
+        (0.0, "best_effort", True)
+    # The shipped example file sets what its task needs: one command per joint state, reliable.
+    assert parameters(f"params_file:={PARAMS}") == (0.0, "reliable", False)
+
+
+def test_docstring_examples_give_the_model_its_observation_size():
+    """Every ``deploy.launch.py`` example with ``joints:=`` builds a JointState spec of the model's
+    obs_dim (the actor refuses to start otherwise)."""
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.ros.messages import ObservationSpec
+
+    deploy = load_launch_module(ROOT / "launch" / "deploy.launch.py")
+    examples = re.findall(r"ros2 launch opolo_ros deploy\.launch\.py ((?:.*\\\n)*.*)", deploy.__doc__)
+    assert len(examples) >= 2
+    checked = 0
+    for example in examples:
+        argv = shlex.split(example.replace("\\\n", " "))
+        (spec,) = describe_launch("deploy", argv)[2]
+        p = spec.parameters
+        if "joints" in p:
+            fields = p.get("joint_fields", ["position", "velocity"])
+            obs_dim = load_policy(ROOT / p["model"]).metadata.obs_dim
+            assert ObservationSpec(tuple(p["joints"]), tuple(fields)).obs_dim == obs_dim, example
+            checked += 1
+    assert checked >= 2
+
+
+def test_joint_state_spec_that_does_not_fit_the_model_is_one_line_exit_2(ros_domain_id, tmp_path):
+    """The review's repro: InvertedPendulum (obs_dim 4) with one joint (2 values) crashed with a
+    numpy broadcast error in the timer; now the actor refuses to start."""
+    result = subprocess.run([OPOLO_ROS, "launch", "deploy", f"model:={EXPERT}", "joints:=slider",
+                             "observation_topic:=/joint_states", f"action_topic:={COMMANDS}"],
+                            cwd=tmp_path, env=dict(os.environ), text=True, capture_output=True, timeout=120)
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [line for line in result.stderr.strip().splitlines()
+             if not re.match(r"opolo-ros launch: \S+\.launch\.py with |\[INFO\]", line)]
+    assert len(lines) == 1 and ": error: " in lines[0], result.stderr[-3000:]
+    assert "give 2 values (1 joints x 2 fields" in lines[0] and "has obs_dim 4" in lines[0], lines[0]
 
 
 def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_domain_id):

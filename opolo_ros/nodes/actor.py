@@ -18,9 +18,13 @@ Modes
 
 Deploy safety
     - An observation that is not finite or has the wrong length (Float32MultiArray, or a
-      JointState missing a joint of the spec) is dropped before the model sees it, counted in
+      JointState missing a joint of the spec, or whose spec, ``joints`` x ``joint_fields``, does
+      not give the model's ``obs_dim``) is dropped before the model sees it, counted in
       ``rejected_observations`` (also published on ``rejected_topic``, std_msgs/Int64) and logged,
-      throttled to one line per 5 s.
+      throttled to one line per 5 s. The actor adds nothing to an observation: a model trained
+      with ``time_feature: true`` expects its last input, 1 - t/T, in the observation, which a
+      JointState cannot hold. So a spec that does not give the model's ``obs_dim`` is refused at
+      start-up (ParameterError, one line), and a policy of another size is refused when loaded.
     - Watchdog: when no valid observation came for ``observation_timeout_s``, the actor publishes
       ``safe_command`` (zeros by default) at ``rate_hz`` (or ``watchdog_rate_hz`` when commands go
       out per observation), logs it once, and goes back to policy commands with the next valid
@@ -52,10 +56,10 @@ Policies
     (deploy, or ``swap_delay: -1``), a model with the same graph as an earlier one is not built
     at all: its weights are copied into an idle session of that graph (``reuse_sessions``,
     :mod:`~opolo_ros.nodes.session_pool`). A model whose dimensions do not match
-    (``obs_dim``/``act_dim`` when set, else the current model's) is refused with an error and the
-    old one kept. The newest loaded version is announced on ``policy_version`` (std_msgs/Int64,
-    transient local) for lock-step bridges that synchronise. Until the first model is loaded the
-    actor publishes nothing (a lock-step bridge re-requests).
+    (``obs_dim``/``act_dim`` when set, the JointState spec's size, else the current model's) is
+    refused with an error and the old one kept. The newest loaded version is announced on
+    ``policy_version`` (std_msgs/Int64, transient local) for lock-step bridges that synchronise.
+    Until the first model is loaded the actor publishes nothing (a lock-step bridge re-requests).
 
     With ``swap_delay: n >= 0`` (train mode, lock-step) a loaded policy of version V (the
     learner's transitions consumed at export) is staged and serves the observations from step
@@ -84,7 +88,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8MultiArray
 
-from opolo_ros.export.onnx_policy import PolicyLoadError
+from opolo_ros.export.onnx_policy import PolicyLoadError, PolicyMetadata
 from opolo_ros.nodes.actor_params import (
     MODES,
     PARAMETERS,
@@ -147,6 +151,9 @@ class Actor(FinishableNode):
         self._command: CommandBuffer | None = None
         self._spec = (m.ObservationSpec(tuple(p["joints"]), tuple(p["joint_fields"]))
                       if p["joints"] else None)
+        if self._spec is not None and self.obs_dim and self._spec.obs_dim != self.obs_dim:
+            raise ParameterError(f"joints x joint_fields give {self._spec.describe_size()}, "
+                                 f"parameter 'obs_dim' is {self.obs_dim}")
 
         self.newest_version = -1
         self._requests: queue.Queue[tuple[bytes | str | SerializedPolicy, int | None]] = queue.Queue()
@@ -161,7 +168,11 @@ class Actor(FinishableNode):
         if self._model_path is not None:
             # The first model loads synchronously: a deploy actor must not start without it.
             self._model_mtime = self._mtime()
-            self._install(self._load(str(self._model_path), None, self.obs_dim, self.act_dim))
+            first = self._load(str(self._model_path), None, self.obs_dim, self.act_dim)
+            mismatch = self._spec_mismatch(first.metadata, first.origin)
+            if mismatch:
+                raise ParameterError(mismatch)
+            self._install(first)
             if p["watch_model"]:
                 self.create_timer(1.0, self._check_model_file)
         self._loader.start()
@@ -274,7 +285,8 @@ class Actor(FinishableNode):
             if version is not None and version <= self.newest_version and not isinstance(source, str):
                 continue  # an older policy (e.g. a transient-local replay of one already loaded)
             reference = self.current or (self._staged[-1] if self._staged else None)
-            obs_dim = self.obs_dim or (reference.metadata.obs_dim if reference else None)
+            obs_dim = (self.obs_dim or (self._spec.obs_dim if self._spec is not None else None)
+                       or (reference.metadata.obs_dim if reference else None))
             act_dim = self.act_dim or (reference.metadata.act_dim if reference else None)
             try:
                 loaded = self._load(source, version, obs_dim, act_dim, self._safe_point)
@@ -283,6 +295,23 @@ class Actor(FinishableNode):
                 self.rejected += 1
                 kept = f"version {reference.version}" if reference else "none"
                 self.get_logger().error(f"policy refused, keeping {kept}: {err}")
+
+    def _spec_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
+        """Why a JointState observation cannot feed this model (its size), or None when it can.
+
+        The actor gives the model the observation as it came: like a Float32MultiArray one, a
+        JointState one must hold all ``obs_dim`` inputs, the time feature included.
+        """
+        spec = self._spec
+        if spec is None or spec.obs_dim == meta.obs_dim:
+            return None
+        text = (f"joints x joint_fields give {spec.describe_size()}, the policy {origin} has "
+                f"obs_dim {meta.obs_dim}")
+        if str(meta.extra.get("time_feature", "0")).strip().lower() in ("1", "true", "yes"):
+            text += ("; it was trained with time_feature: true, so it expects one extra input "
+                     "(1 - t/T) that a JointState stream cannot provide: deploy a policy trained "
+                     "without it, or publish Float32MultiArray observations that end with it")
+        return text
 
     def _load(self, source: bytes | str, version: int | None, obs_dim: int | None, act_dim: int | None,
               safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
@@ -394,7 +423,7 @@ class Actor(FinishableNode):
     def _on_joint_state(self, msg: JointState) -> None:
         start = perf_counter_ns()
         try:
-            obs = m.joint_state_to_obs(msg, self._spec)
+            obs = m.joint_state_to_obs(msg, self._spec, self._expected_obs_dim())
         except m.MessageError as err:
             self._reject(err)
             return
@@ -436,6 +465,10 @@ class Actor(FinishableNode):
             return
         latest = self._latest_obs
         if latest is None:
+            return
+        current = self.current
+        if current is not None and latest.shape[0] != current.metadata.obs_dim:
+            self._latest_obs = None  # checked against a policy of another input size: not for this one
             return
         if self.mode == "train":
             action = self.act(latest)

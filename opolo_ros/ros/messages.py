@@ -560,11 +560,23 @@ class ObservationSpec:
     def obs_dim(self) -> int:
         return len(self.joints) * len(self.fields)
 
+    def describe_size(self) -> str:
+        """Where the size comes from, e.g. '4 values (2 joints x 2 fields: position, velocity)'."""
+        return (f"{self.obs_dim} values ({len(self.joints)} joints x {len(self.fields)} fields: "
+                f"{', '.join(self.fields)})")
 
-def joint_state_to_obs(msg: JointState, spec: ObservationSpec) -> np.ndarray:
-    """JointState -> float32 [spec.obs_dim] in the policy's joint order (message order is free)."""
+
+def joint_state_to_obs(msg: JointState, spec: ObservationSpec, obs_dim: int | None = None) -> np.ndarray:
+    """JointState -> float32 [spec.obs_dim] in the policy's joint order (message order is free).
+
+    With `obs_dim` (the policy's input size) a spec of another size raises :class:`MessageError`
+    before the message is read: the observation must be dropped, never given to the model.
+    """
     what = "joint state"
     _check_type(msg, JointState, what)
+    if obs_dim is not None and spec.obs_dim != obs_dim:
+        raise MessageError(f"{what}: the observation spec gives {spec.describe_size()}, "
+                           f"this node expects {obs_dim}")
     names = list(msg.name)
     index = {name: i for i, name in enumerate(names)}
     if len(index) != len(names):
