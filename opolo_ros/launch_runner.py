@@ -27,6 +27,7 @@ namespace. :func:`node_parameters` applies the sections in the order ``/**``, ``
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import math
@@ -43,7 +44,13 @@ from typing import Any
 
 import yaml
 
-from opolo_ros.algo.config import flatten, read_yaml
+from opolo_ros.algo.config import (
+    ROS_NODE_PARAMETERS,
+    check_parameter_names,
+    flatten,
+    learner_parameter_names,
+    read_yaml,
+)
 
 PACKAGE = "opolo_ros"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -143,8 +150,32 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def node_parameters(params_file: str | Path | None, name: str, namespace: str = "") -> dict[str, Any]:
-    """The flat (dotted) parameters a file gives node `name` in `namespace` (see module docstring)."""
+@functools.cache
+def declared_parameters(executable: str) -> frozenset[str]:
+    """The parameters the node of `executable` declares (its ``PARAMETERS`` table; the learner's run
+    config too; rclpy's own), without starting it."""
+    if executable not in NODE_CLASSES:
+        raise ValueError(f"no node class for executable {executable!r}; known: {', '.join(NODE_CLASSES)}")
+    if executable == "learner":  # without importing the node (torch): its table is in algo.config
+        return learner_parameter_names()
+    module = importlib.import_module(NODE_CLASSES[executable].partition(":")[0])
+    return frozenset(module.PARAMETERS) | ROS_NODE_PARAMETERS
+
+
+def package_parameter_names() -> frozenset[str]:
+    """Every parameter some node of the package declares: what a ``/**`` section may set."""
+    return frozenset().union(*(declared_parameters(e) for e in NODE_CLASSES))
+
+
+def node_parameters(params_file: str | Path | None, name: str, namespace: str = "",
+                    executable: str | None = None) -> dict[str, Any]:
+    """The flat (dotted) parameters a file gives node `name` in `namespace` (see module docstring).
+
+    rcl would ignore a key the node does not declare, so a typo would change the run silently; here
+    it is an error naming the file, the section and the key (with the closest declared name): in the
+    node's own sections, a key its executable (default: `name`) does not declare; in ``/**``, which
+    every node reads, a key no node of the package declares.
+    """
     if not params_file:
         return {}
     sections = read_params_file(params_file)
@@ -152,10 +183,17 @@ def node_parameters(params_file: str | Path | None, name: str, namespace: str = 
     keys = ["/**", f"/**/{name}", name, f"/{name}"]
     if ns:
         keys += [f"{ns}/{name}", f"{ns.lstrip('/')}/{name}"]
+    executable = executable or name
     merged: dict[str, Any] = {}
     for key in keys:
         if key in sections:
-            merged.update(flatten(sections[key]))
+            flat = flatten(sections[key])
+            where = f"parameter file {params_file}, section '{key}'"
+            if key == "/**":
+                check_parameter_names(flat, package_parameter_names(), where, "any opolo_ros node")
+            elif executable in NODE_CLASSES:
+                check_parameter_names(flat, declared_parameters(executable), where, f"the {executable} node")
+            merged.update(flat)
     return merged
 
 

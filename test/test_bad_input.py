@@ -52,6 +52,15 @@ CASES = {
                                   "NaN or inf"),
     "launch deploy corrupt onnx": Case(("launch", "deploy", "model:={corrupt_onnx}"),
                                        "not a valid ONNX model"),
+    # A typo in a parameter file (rcl and the old run-config reader ignored unknown keys).
+    "config unknown key": Case(("train", "--config", "{typo_learner_params}", "--total-steps", "10",
+                                "--run-dir", "{tmp}/typo"),
+                               "section 'learner': unknown key 'total_step', not a parameter of the learner "
+                               "node; did you mean 'total_steps'?"),
+    "launch params unknown key": Case(("launch", "sim_train", "params_file:={typo_bridge_params}",
+                                       "total_steps:=10", "run_dir:={tmp}/launch_typo"),
+                                      "section 'sim_bridge': unknown key 'max_ahed', not a parameter of the "
+                                      "sim_bridge node; did you mean 'max_ahead'?"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),
                                        "is not valid YAML", node=True),
     "node parameter wrong type": Case(("sim_bridge", "--ros-args", "--params-file", "{wrong_type_params}"),
@@ -84,9 +93,13 @@ def bad_files(tmp: Path) -> dict[str, str]:
     texts = {"malformed_yaml": "seed: [1,\n", "wrong_type_yaml": "seed: abc\n",
              "malformed_params": "learner:\n  ros__parameters: {seed: [1,\n",
              "wrong_type_params": yaml.safe_dump({"/**": {"ros__parameters": {"mode": 3}}})}
+    task = (ROOT / "config" / "inverted_pendulum.yaml").read_text()
+    texts["typo_learner_params"] = task.replace("total_steps: 20000", "total_step: 300")
+    texts["typo_bridge_params"] = task.replace("max_ahead: 50", "max_ahed: 50")
     for name, text in texts.items():
         files[name] = tmp / f"{name}.yaml"
         files[name].write_text(text)
+        assert name not in ("typo_learner_params", "typo_bridge_params") or text != task
     return {name: str(path) for name, path in files.items()}
 
 

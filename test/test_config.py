@@ -1,8 +1,13 @@
 """Configs: paper defaults, YAML overrides, clear errors on bad input."""
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_are_the_papers():
@@ -49,11 +54,58 @@ def test_missing_file_and_bad_override(tmp_path):
 
 def test_ros_parameter_file_gives_the_learner_section(tmp_path):
     p = tmp_path / "params.yaml"
-    p.write_text("/**:\n  ros__parameters:\n    env_id: Hopper-v5\n    seed: 4\n"
-                 "learner:\n  ros__parameters:\n    opolo:\n      lam: 0.01\n    export_period: 3\n"
+    p.write_text("/**:\n  ros__parameters:\n    env_id: Hopper-v5\n    seed: 4\n    use_sim_time: false\n"
+                 "learner:\n  ros__parameters:\n    opolo:\n      lam: 0.01\n    policy_every: 3\n"
+                 "    schedule.batch_size: 64\n"
                  "sim_bridge:\n  ros__parameters:\n    seed: 99\n    realtime: false\n")
     cfg = load_run_config(p)
-    assert (cfg.env_id, cfg.seed, cfg.opolo.lam) == ("Hopper-v5", 4, 0.01)  # node-only keys ignored
+    assert (cfg.env_id, cfg.seed, cfg.opolo.lam) == ("Hopper-v5", 4, 0.01)
+    assert cfg.schedule.batch_size == 64  # a dotted key is the nested one, as for the learner node
+    # The learner node's own parameters (policy_every) are no run-config keys; other nodes' sections
+    # are not read by the direct loop (the launch checks them against those nodes).
+
+
+def ros_file(tmp_path, sections: dict) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({k: {"ros__parameters": v} for k, v in sections.items()}))
+    return path
+
+
+@pytest.mark.parametrize("sections,match", [
+    ({"learner": {"total_step": 300}},
+     r"params.yaml, section 'learner': unknown key 'total_step', not a parameter of the learner node; "
+     r"did you mean 'total_steps'\?"),
+    ({"/learner": {"opolo": {"lamda": 1.0}}}, r"section '/learner': unknown key 'opolo.lamda'.*'opolo.lam'"),
+    ({"learner": {"warmup_steps": 10}}, r"'warmup_steps', not a parameter of the learner node; "
+                                        r"did you mean 'schedule.warmup_steps'\?"),
+    ({"/**": {"sed": 3}}, r"section '/\*\*': unknown key 'sed'.*did you mean 'seed'\?"),
+    ({"/**": {"schedule": {"batch_sise": 3}}}, r"section '/\*\*': unknown key 'schedule.batch_sise'"),
+])
+def test_unknown_keys_of_the_run_sections_are_refused_with_the_closest_known_key(tmp_path, sections, match):
+    """A typo in the sections the direct loop reads must not change the run silently."""
+    with pytest.raises(ValueError, match=match):
+        load_run_config(ros_file(tmp_path, {**sections, "sim_bridge": {"max_ahead": 0}}))
+
+
+def test_the_shared_section_may_hold_any_nodes_parameters(tmp_path):
+    """`/**` goes to every node: a sim_bridge or actor parameter there is fine (other nodes ignore it),
+    a name no node declares is not (that needs the nodes' tables, so rclpy)."""
+    pytest.importorskip("rclpy")
+    cfg = load_run_config(ros_file(tmp_path, {"/**": {"max_ahead": 5, "command_qos": "reliable", "seed": 2}}))
+    assert cfg.seed == 2
+    with pytest.raises(ValueError, match=r"unknown key 'max_ahed', not a parameter of any opolo_ros node; "
+                                         r"did you mean 'max_ahead'\?"):
+        load_run_config(ros_file(tmp_path, {"/**": {"max_ahed": 5}}))
+
+
+SHIPPED_CONFIGS = sorted((ROOT / "config").glob("*.yaml")) + \
+    sorted((ROOT / "config" / "experts").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "config")))
+def test_every_shipped_config_loads_for_the_direct_loop(path):
+    cfg = load_run_config(path)
+    assert cfg.algo == ("td3" if path.parent.name == "experts" else "opolo")
 
 
 def test_exponent_without_dot_is_a_number(tmp_path):

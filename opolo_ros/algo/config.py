@@ -9,8 +9,9 @@ code differs from the paper is a named option here; see docs in README "Algorith
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -205,6 +206,60 @@ def _validate(obj: Any, prefix: str) -> None:
 
 
 RUN_NODE = "learner"
+RUN_SECTIONS = ("/**", RUN_NODE, f"/{RUN_NODE}")  # the sections of a parameter file the direct loop reads
+# Parameters rclpy declares on every node: a parameter file may set them for any node.
+ROS_NODE_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
+# The learner node's parameters beyond the run config (name: (default, description)). They live here,
+# not in opolo_ros.nodes.learner, so that the direct loop can tell them from typos in a parameter
+# file's learner section without importing ROS.
+LEARNER_PARAMETERS: dict[str, tuple] = {
+    "policy_every": (0, "export + publish the policy every this many transitions consumed; "
+                        "0 = a multiple of schedule.train_freq near 250"),
+    "demo_settle_s": (2.0, "start with fewer than num_demos episodes once none arrived "
+                           "for this long"),
+    "resume": (True, "resume from <run_dir>/checkpoint.pt when it exists"),
+    "progress_period_s": (1.0, "also re-publish the learner progress this often"),
+    "journal": (True, "append each replay batch to <run_dir>/replay_journal.bin before acknowledging "
+                      "it, and consume the journal again after a restart (no acknowledged transition "
+                      "is lost to a crash)"),
+    "journal_fsync": (False, "also fsync the journal before each acknowledgement: durable against a "
+                             "machine crash, not only a crash of the process (costs 6% of the steps/s "
+                             "with max_ahead 50, 20% with max_ahead 0 here; BENCHMARKS.md)"),
+    "replay_topic": ("/opolo/replay", "replay transitions topic"),
+    "demonstrations_topic": ("/opolo/demonstrations", "state-only expert episodes topic"),
+    "policy_topic": ("/opolo/policy", "ONNX policy topic (bytes + version)"),
+    "progress_topic": ("/opolo/learner_progress", "learner progress topic (flow control)"),
+}
+
+
+def learner_parameter_names() -> frozenset[str]:
+    """Every parameter the learner node declares: the run config's keys (nested ones dotted, e.g.
+    ``schedule.batch_size``), :data:`LEARNER_PARAMETERS` and rclpy's own."""
+    return frozenset(flatten(to_dict(RunConfig()))) | LEARNER_PARAMETERS.keys() | ROS_NODE_PARAMETERS
+
+
+def check_parameter_names(names: Iterable[str], known: Collection[str], where: str, who: str) -> None:
+    """Refuse the first of `names` (dotted) that is not in `known` nor a group of known names (``opolo``
+    of ``opolo.lr``), in one line: `where` (file and section), the name, whose parameters `known` are
+    (`who`) and the closest known name when there is one."""
+    groups = {k.rsplit(".", i)[0] for k in known for i in range(1, k.count(".") + 1)}
+    for name in names:
+        if name in known or name in groups:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ValueError(f"{where}: unknown key '{name}', not a parameter of {who}{hint}")
+
+
+def graph_parameter_names() -> frozenset[str] | None:
+    """Every parameter some node of the package declares (what a ``/**`` section may set); None where
+    the nodes cannot be imported (no rclpy): then that cannot be checked."""
+    try:
+        from opolo_ros.launch_runner import package_parameter_names
+
+        return package_parameter_names()
+    except ImportError:
+        return None
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
@@ -223,7 +278,11 @@ def run_section(data: Any, path: Path | str = "<config>") -> Mapping[str, Any]:
 
     A plain mapping is a run config. A ROS 2 parameter file (`node: {ros__parameters: ...}`) gives the
     merge of its `/**` section and its `learner` section, so one file per task serves both
-    `ros2 launch` and the direct loop; keys meant for other nodes (sim_bridge, actor, ...) are ignored.
+    `ros2 launch` and the direct loop. Their keys beyond the run config are checked, not ignored: the
+    learner section may hold the learner node's other parameters (:data:`LEARNER_PARAMETERS`), the
+    `/**` section (every node's) those of any node of the package; anything else is refused with the
+    closest known key (a typo must not change a run silently). Sections of other nodes (sim_bridge,
+    actor, ...) are not read here (``opolo_ros.launch_runner.node_parameters`` checks them).
     """
     if not isinstance(data, Mapping):
         raise ValueError(f"config file {path}: expected a mapping at the top level")
@@ -231,13 +290,23 @@ def run_section(data: Any, path: Path | str = "<config>") -> Mapping[str, Any]:
         return data
     merged: dict[str, Any] = {}
     known = {f.name for f in dataclasses.fields(RunConfig)}
-    for node in ("/**", RUN_NODE, f"/{RUN_NODE}"):
+    learner = learner_parameter_names()
+    for node in RUN_SECTIONS:
         params = (data.get(node) or {}).get("ros__parameters") or {}
         if not isinstance(params, Mapping):
             raise ValueError(f"config file {path}: '{node}.ros__parameters' must be a mapping")
-        for k, v in params.items():
-            if k in known:
-                merged[k] = v
+        flat = flatten(params)
+        where = f"config file {path}, section '{node}'"
+        if node == "/**":  # every node's: the run config's keys, or any node's parameters
+            check_parameter_names([k for k in flat if k.split(".")[0] in known], learner, where,
+                                  f"the {RUN_NODE} node")
+            others = [k for k in flat if k.split(".")[0] not in known and k not in learner]
+            everyone = graph_parameter_names() if others else None
+            if everyone is not None:
+                check_parameter_names(others, everyone | learner, where, "any opolo_ros node")
+        else:
+            check_parameter_names(flat, learner, where, f"the {RUN_NODE} node")
+        deep_merge(merged, unflatten({k: v for k, v in flat.items() if k.split(".")[0] in known}))
     return merged
 
 

@@ -59,7 +59,14 @@ from typing import Any
 import yaml
 from std_msgs.msg import Float32MultiArray, Int64MultiArray, UInt8MultiArray
 
-from opolo_ros.algo.config import RunConfig, flatten, to_dict, unflatten, update_dataclass
+from opolo_ros.algo.config import (
+    LEARNER_PARAMETERS,
+    RunConfig,
+    flatten,
+    to_dict,
+    unflatten,
+    update_dataclass,
+)
 from opolo_ros.data.demos import Episode
 from opolo_ros.nodes.common import (
     FinishableNode,
@@ -82,24 +89,9 @@ def run_config_parameters() -> dict[str, Any]:
     return flatten(to_dict(RunConfig()))
 
 
-PARAMETERS: dict[str, tuple] = {
-    "policy_every": (0, "export + publish the policy every this many transitions consumed; "
-                        "0 = a multiple of schedule.train_freq near 250"),
-    "demo_settle_s": (2.0, "start with fewer than num_demos episodes once none arrived "
-                           "for this long"),
-    "resume": (True, "resume from <run_dir>/checkpoint.pt when it exists"),
-    "progress_period_s": (1.0, "also re-publish the learner progress this often"),
-    "journal": (True, "append each replay batch to <run_dir>/replay_journal.bin before acknowledging "
-                      "it, and consume the journal again after a restart (no acknowledged transition "
-                      "is lost to a crash)"),
-    "journal_fsync": (False, "also fsync the journal before each acknowledgement: durable against a "
-                             "machine crash, not only a crash of the process (costs 6% of the steps/s "
-                             "with max_ahead 50, 20% with max_ahead 0 here; BENCHMARKS.md)"),
-    "replay_topic": ("/opolo/replay", "replay transitions topic"),
-    "demonstrations_topic": ("/opolo/demonstrations", "state-only expert episodes topic"),
-    "policy_topic": ("/opolo/policy", "ONNX policy topic (bytes + version)"),
-    "progress_topic": ("/opolo/learner_progress", "learner progress topic (flow control)"),
-}
+# The node's parameters beyond the run config; in algo.config, where the direct loop checks the
+# learner section of a parameter file without ROS.
+PARAMETERS = LEARNER_PARAMETERS
 
 
 LOG_THROTTLE_S = 1.0

@@ -1,0 +1,127 @@
+"""What a launch checks before any node starts, and what its nodes declare and export.
+
+- every key of a parameter file goes to a node that declares it (rcl would ignore the others, so a
+  typo would change a run silently): ``node_parameters`` refuses the rest, naming file, section and
+  key; the table it checks against (``launch_runner.declared_parameters``) is compared here with
+  what the real nodes declare;
+- every shipped parameter file passes both paths (the direct loop's run config and the graph).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from opolo_ros import launch_runner as lr
+from opolo_ros.algo.config import load_run_config
+
+pytest.importorskip("rclpy")  # the node tables and describe() use opolo_ros.nodes
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERT = ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx"
+TASK_FILES = [p for p in sorted((ROOT / "config").glob("*.yaml"))
+              if not p.name.startswith("deploy_")]
+
+
+def ros_file(path: Path, sections: dict) -> Path:
+    path.write_text(yaml.safe_dump({k: {"ros__parameters": v} for k, v in sections.items()}))
+    return path
+
+
+# --------------------------------------------------------------------------- parameter names
+
+@pytest.mark.parametrize("section,params,match", [
+    ("sim_bridge", {"max_ahed": 50}, r"section 'sim_bridge': unknown key 'max_ahed', not a parameter of "
+                                     r"the sim_bridge node; did you mean 'max_ahead'\?"),
+    ("/sim_bridge", {"replay_batch": 5, "env": "x"}, r"section '/sim_bridge': unknown key 'env'.*'env_id'"),
+    ("robot/sim_bridge", {"policy_evry": 5}, r"section 'robot/sim_bridge': unknown key 'policy_evry'"),
+    ("actor", {"command_qos": "reliable", "comand_qos": "x"}, r"the actor node; did you mean 'command_qos'"),
+    ("demo_player", {"num_demo": 2}, r"the demo_player node; did you mean 'num_demos'"),
+    ("learner", {"opolo": {"lamda": 1.0}}, r"section 'learner': unknown key 'opolo.lamda'.*'opolo.lam'"),
+    ("/**", {"max_ahed": 50}, r"section '/\*\*': unknown key 'max_ahed', not a parameter of any "
+                              r"opolo_ros node; did you mean 'max_ahead'\?"),
+])
+def test_node_parameters_refuse_keys_the_node_does_not_declare(tmp_path, section, params, match):
+    path = ros_file(tmp_path / "p.yaml", {section: params})
+    node = section.rsplit("/", 1)[-1]
+    name = node if node != "**" else "sim_bridge"
+    with pytest.raises(ValueError, match=match) as err:
+        lr.node_parameters(path, name, "robot")
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_shared_section_takes_any_nodes_parameters_and_names_resolve_to_executables(tmp_path):
+    """`/**` reaches every node: a key one node declares is fine there (the others ignore it, as rcl
+    makes them); a node named unlike its executable is checked against the executable's table."""
+    path = ros_file(tmp_path / "p.yaml", {"/**": {"max_ahead": 3, "command_qos": "reliable", "seed": 1,
+                                                  "use_sim_time": False},
+                                          "bridge2": {"replay_batch": 7}})
+    assert lr.node_parameters(path, "actor")["command_qos"] == "reliable"
+    assert lr.node_parameters(path, "bridge2", executable="sim_bridge")["replay_batch"] == 7
+    with pytest.raises(ValueError, match="not a parameter of the actor node"):
+        lr.node_parameters(path, "bridge2", executable="actor")
+
+
+def test_sim_train_refuses_a_typo_in_another_nodes_section(tmp_path):
+    """The review's repro: `max_ahed` in the sim_bridge section ran with max_ahead 0."""
+    text = (ROOT / "config" / "inverted_pendulum.yaml").read_text().replace("max_ahead: 50", "max_ahed: 50")
+    path = tmp_path / "typo.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"section 'sim_bridge': unknown key 'max_ahed'.*'max_ahead'"):
+        lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"])
+
+
+@pytest.mark.ros
+def test_declared_parameter_tables_are_what_the_nodes_declare(tmp_path, ros_domain_id):
+    """`declared_parameters` (read from the nodes' tables without starting them) against the real
+    nodes of sim_train and record_expert (all five executables)."""
+    graphs = [lr.describe_launch("sim_train", [f"run_dir:={tmp_path / 'run'}", "total_steps:=10"])[2],
+              lr.describe_launch("record_expert", [f"output:={tmp_path / 'bag'}", f"model:={EXPERT}"])[2]]
+    seen = set()
+    for specs in graphs:
+        with lr.GraphRunner(specs, ros_domain_id) as graph:
+            for spec in specs:
+                node = graph.nodes[spec.name]
+                declared = set(node.list_parameters([], 0).names)
+                assert declared == set(lr.declared_parameters(spec.executable)), spec.executable
+                seen.add(spec.executable)
+    assert seen == set(lr.NODE_CLASSES)
+
+
+# --------------------------------------------------------------------------- shipped files
+
+def demos_for(env_id: str, tmp_path: Path) -> str:
+    """The task's shipped demonstrations, or (not recorded yet) an .npz of the task's dimensions."""
+    shipped = ROOT / "models" / "demos" / env_id
+    if (shipped / "metadata.yaml").is_file():
+        return str(shipped)
+    from opolo_ros.data.demos import Episode, save_npz
+    from opolo_ros.sim.tasks import make_task_env
+
+    env = make_task_env(env_id)
+    obs_dim = env.observation_space.shape[0]
+    env.close()
+    path = tmp_path / f"{env_id}.npz"
+    save_npz(path, [Episode(np.zeros((20, obs_dim))) for _ in range(2)])
+    return str(path)
+
+
+@pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: p.name)
+def test_every_shipped_task_file_passes_both_paths(path, tmp_path):
+    cfg = load_run_config(path)  # the direct loop: `/**` + learner as the run config
+    demos = f"demos:={demos_for(cfg.env_id, tmp_path)}"
+    specs = lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path}", demos])[2]
+    by_name = {s.name: s.parameters for s in specs}
+    assert by_name["learner"]["env_id"] == by_name["sim_bridge"]["env_id"] == cfg.env_id
+    for node in lr.NODE_CLASSES:  # any node of any launch file, in a namespace too
+        lr.node_parameters(path, node)
+        lr.node_parameters(path, node, "robot")
+
+
+def test_the_shipped_deploy_file_passes_the_deploy_launch():
+    path = ROOT / "config" / "deploy_inverted_pendulum.yaml"
+    specs = lr.describe_launch("deploy", [f"model:={EXPERT}", f"params_file:={path}"])[2]
+    assert specs[0].parameters["joints"] == ["slider", "hinge"]
