@@ -13,6 +13,9 @@ Parameters come from the task's file in ``config/`` (``params_file``); every arg
 is left empty keeps the file's value. The actor's warm-up, noise and seed are taken from the
 learner's run config, and ``max_ahead`` is given to both the bridge and the actor (as its
 ``swap_delay``), so that a run is reproducible for a seed.
+
+Before any node starts, a key of the parameter file that its node does not declare (a typo rcl
+would ignore) and demonstrations that do not fit the task (another task's) are one-line errors.
 """
 
 from opolo_ros.launch_runner import (
@@ -57,6 +60,7 @@ def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import flatten, to_dict
     from opolo_ros.nodes.common import default_policy_every
+    from opolo_ros.train.direct import check_demonstrations
 
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"]) or task_params_file(args["env"] or DEFAULT_ENV)
@@ -73,6 +77,7 @@ def describe(args: dict) -> list:
     demos = args["demos"] or learner_file.get("demos") or str(package_path("models", "demos", env))
     overrides["demos"] = resolve_path(demos)
     cfg = run_config(params_file, overrides)
+    check_demonstrations(cfg)  # another task's demonstrations: an error now, not a learner waiting forever
     policy_every = _int_or(args["policy_every"], learner_file.get("policy_every")
                            or default_policy_every(cfg.schedule.train_freq))
     max_ahead = _int_or(args["max_ahead"], bridge_file.get("max_ahead", 0))

@@ -466,7 +466,10 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
         print(f"opolo-ros launch: the learner failed: {learner.error}", file=sys.stderr)
         return 1
     if result.interrupted:
-        where = f" (checkpoint in {learner.trainer.run_dir})" if learner is not None else ""
+        where = ""
+        if learner is not None:  # stopped before training began (e.g. waiting for demonstrations): none
+            saved = learner.trainer.checkpoint_path.is_file()
+            where = f" (checkpoint in {learner.trainer.run_dir})" if saved else " (no checkpoint written)"
         print(f"opolo-ros launch: stopped after {result.elapsed_s:.0f} s{where}", file=sys.stderr)
         return 130
     if learner is not None and learner.result is not None:

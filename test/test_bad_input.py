@@ -61,6 +61,9 @@ CASES = {
                                        "total_steps:=10", "run_dir:={tmp}/launch_typo"),
                                       "section 'sim_bridge': unknown key 'max_ahed', not a parameter of the "
                                       "sim_bridge node; did you mean 'max_ahead'?"),
+    "launch demos of another task": Case(("launch", "sim_train", "params_file:=config/inverted_pendulum.yaml",
+                                          "env:=Hopper-v5", "total_steps:=10", "run_dir:={tmp}/g_hop"),
+                                         "expert episode 0 has obs_dim 4, the environment has 11"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),
                                        "is not valid YAML", node=True),
     "node parameter wrong type": Case(("sim_bridge", "--ros-args", "--params-file", "{wrong_type_params}"),

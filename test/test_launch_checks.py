@@ -4,11 +4,18 @@
   typo would change a run silently): ``node_parameters`` refuses the rest, naming file, section and
   key; the table it checks against (``launch_runner.declared_parameters``) is compared here with
   what the real nodes declare;
-- every shipped parameter file passes both paths (the direct loop's run config and the graph).
+- every shipped parameter file passes both paths (the direct loop's run config and the graph);
+- demonstrations of another task are refused before the graph starts (the learner would only reject
+  them and wait), and a launch stopped before training began does not claim a checkpoint;
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +28,7 @@ from opolo_ros.algo.config import load_run_config
 pytest.importorskip("rclpy")  # the node tables and describe() use opolo_ros.nodes
 
 ROOT = Path(__file__).resolve().parents[1]
+OPOLO_ROS = str(Path(sys.executable).parent / "opolo-ros")
 EXPERT = ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx"
 TASK_FILES = [p for p in sorted((ROOT / "config").glob("*.yaml"))
               if not p.name.startswith("deploy_")]
@@ -125,3 +133,47 @@ def test_the_shipped_deploy_file_passes_the_deploy_launch():
     path = ROOT / "config" / "deploy_inverted_pendulum.yaml"
     specs = lr.describe_launch("deploy", [f"model:={EXPERT}", f"params_file:={path}"])[2]
     assert specs[0].parameters["joints"] == ["slider", "hinge"]
+
+
+# --------------------------------------------------------------------------- demonstrations, stop
+
+def test_sim_train_refuses_demonstrations_of_another_task_before_any_node_starts(tmp_path):
+    """The review's repro (a learner logging `rejected demonstration`, then waiting forever)."""
+    with pytest.raises(ValueError, match=r"InvertedPendulum-v5 do not fit Hopper-v5: expert episode 0 has "
+                                         r"obs_dim 4, the environment has 11"):
+        lr.describe_launch("sim_train", ["params_file:=config/inverted_pendulum.yaml", "env:=Hopper-v5",
+                                         "total_steps:=10", f"run_dir:={tmp_path / 'run'}"])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.ros
+def test_launch_stopped_before_training_claims_no_checkpoint(tmp_path):
+    """SIGINT while the learner still waits for demonstrations: exit 130, and no "checkpoint in"."""
+    from opolo_ros.ros import runtime
+
+    base = yaml.safe_load((ROOT / "config" / "inverted_pendulum.yaml").read_text())
+    base["learner"]["ros__parameters"].update(num_demos=50, demo_settle_s=600.0, progress=False)
+    params = tmp_path / "wait.yaml"
+    params.write_text(yaml.safe_dump(base))
+    run_dir = tmp_path / "run"
+    env = dict(os.environ)
+    runtime.apply_local_dds_env(env, overwrite=True)
+    env[runtime.DOMAIN_ID_ENV] = str(runtime.isolated_domain_id())
+    proc = subprocess.Popen([OPOLO_ROS, "launch", "sim_train", f"params_file:={params}",
+                             f"run_dir:={run_dir}"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120.0
+        while not (run_dir / "launch_params.yaml").is_file():  # written once every node is built
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10.0)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "opolo-ros launch: stopped after" in stderr and "(no checkpoint written)" in stderr, stderr[-3000:]
+    assert "checkpoint in" not in stderr and not (run_dir / "checkpoint.pt").exists()

@@ -233,8 +233,10 @@ class Learner(FinishableNode):
                                        f"{sum(len(ep.obs) - 1 for ep in episodes)} expert transitions")
                 return episodes
             if time.monotonic() - last_note > 10.0:
+                rejected = self.rejected["demonstration"]
+                why = f", {rejected} rejected (see the errors above)" if rejected else ""
                 self.get_logger().info("waiting for demonstrations on "
-                                       f"{self.params['demonstrations_topic']} ({n} so far)")
+                                       f"{self.params['demonstrations_topic']} ({n} so far{why})")
                 last_note = time.monotonic()
             time.sleep(0.05)
         return None

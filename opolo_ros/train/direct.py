@@ -84,6 +84,33 @@ def prepare_demos(cfg: RunConfig, max_steps: int) -> list[Episode]:
     return episodes
 
 
+def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int) -> tuple[list[Episode], ExpertDataset | None]:
+    """The run's demonstrations (OPOLO; none for TD3) and the (s, s') data over them, checked against
+    the environment's `obs_dim` (a ValueError naming both for another task's demonstrations)."""
+    demos = prepare_demos(cfg, max_steps) if cfg.algo == "opolo" else []
+    if not demos:
+        return demos, None
+    try:
+        return demos, ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
+    except ValueError as err:
+        raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}") from None
+
+
+def check_demonstrations(cfg: RunConfig) -> None:
+    """The direct loop's start-up check (:func:`expert_data`) alone: the demonstrations load and fit
+    the task's observations (with the time feature when the run uses it). A graph runs it before any
+    node starts: its learner, given another task's demonstrations, would only reject them and wait."""
+    if cfg.algo != "opolo":
+        return
+    from opolo_ros.sim.tasks import make_task_env, max_steps_of
+
+    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)
+    try:
+        expert_data(cfg, int(env.observation_space.shape[0]), max_steps_of(env))
+    finally:
+        env.close()
+
+
 def run_finished(step: int, best_return: float, cfg: RunConfig) -> bool:
     """All `total_steps` taken, or an evaluation reached `stop_at_return` (both trainers)."""
     return step >= cfg.total_steps or best_return >= cfg.stop_at_return
@@ -131,8 +158,7 @@ class DirectTrainer:
         act_dim = self.env.action_space.shape[0]
         self.max_steps = self.env.spec.max_episode_steps or 1000
         self.scaler = ActionScaler.from_space(self.env.action_space)
-        self.demos = prepare_demos(cfg, self.max_steps) if cfg.algo == "opolo" else []
-        experts = ExpertDataset(self.demos, obs_dim, seed=cfg.seed + 1) if self.demos else None
+        self.demos, experts = expert_data(cfg, obs_dim, self.max_steps)
         self.learner = make_learner(cfg, obs_dim, act_dim)
         self.schedule = make_schedule(cfg)
         replay = ReplayBuffer(obs_dim, act_dim, min(cfg.schedule.buffer_size, max(cfg.total_steps, 1)),
