@@ -12,21 +12,36 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides
+from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides, read_yaml, run_section
 from opolo_ros.errors import one_line
 
 if TYPE_CHECKING:
     from opolo_ros.export.onnx_policy import OnnxPolicy
 
 
-def _config(args: argparse.Namespace, **forced: object) -> RunConfig:
+COMMAND_OF_ALGO = {"opolo": "train", "td3": "train-expert"}
+
+
+def _config(args: argparse.Namespace, algo: str | None = None) -> RunConfig:
+    """The run config of a command: defaults, --config, --set, the options; `algo` is the command's
+    (train: opolo, train-expert: td3), and a config or --set that asks for the other one is refused."""
     overrides = merge_overrides(args.set or [])
     for key in ("seed", "total_steps", "run_dir", "env_id", "demos"):
         value = getattr(args, key, None)
         if value is not None:
             overrides[key] = value
-    overrides.update(forced)
-    return load_run_config(args.config, overrides)
+    cfg = load_run_config(args.config, overrides)  # every key checked first
+    if algo is None:
+        return cfg
+    if "algo" in overrides:
+        given, where = overrides["algo"], f"--set algo={overrides['algo']} is given"
+    else:
+        section = run_section(read_yaml(args.config), args.config) if args.config else {}
+        given, where = section.get("algo"), f"{args.config} has algo: {section.get('algo')}"
+    if given is not None and given != algo:
+        raise ValueError(f"{where}, but `opolo-ros {args.command}` trains {algo}: "
+                         f"use `opolo-ros {COMMAND_OF_ALGO[cfg.algo]}`")
+    return load_run_config(args.config, {**overrides, "algo": algo})
 
 
 def _check_demos(cfg: RunConfig) -> None:
@@ -72,6 +87,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from opolo_ros.export.onnx_policy import load_policy
     from opolo_ros.sim.envs import evaluate
 
+    if args.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     policy = load_policy(args.model)
     env_id = args.env_id or policy.metadata.env_id
     time_feature = bool(int(policy.metadata.extra.get("time_feature", 0)))

@@ -64,6 +64,16 @@ CASES = {
     "launch demos of another task": Case(("launch", "sim_train", "params_file:=config/inverted_pendulum.yaml",
                                           "env:=Hopper-v5", "total_steps:=10", "run_dir:={tmp}/g_hop"),
                                          "expert episode 0 has obs_dim 4, the environment has 11"),
+    "train with a TD3 config": Case(("train", "--config", "{expert_config}", "--total-steps", "10",
+                                     "--run-dir", "{tmp}/algo"),
+                                    "has algo: td3, but `opolo-ros train` trains opolo: use "
+                                    "`opolo-ros train-expert`"),
+    "train-expert with an OPOLO config": Case(("train-expert", "--config", "{opolo_config}", "--total-steps",
+                                               "10", "--run-dir", "{tmp}/algo"),
+                                              "has algo: opolo, but `opolo-ros train-expert` trains td3: "
+                                              "use `opolo-ros train`"),
+    "evaluate no episodes": Case(("evaluate", "{expert_onnx}", "--episodes", "0"),
+                                 "--episodes must be at least 1, got 0"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),
                                        "is not valid YAML", node=True),
     "node parameter wrong type": Case(("sim_bridge", "--ros-args", "--params-file", "{wrong_type_params}"),
@@ -103,6 +113,9 @@ def bad_files(tmp: Path) -> dict[str, str]:
         files[name] = tmp / f"{name}.yaml"
         files[name].write_text(text)
         assert name not in ("typo_learner_params", "typo_bridge_params") or text != task
+    files["expert_config"] = ROOT / "config" / "experts" / f"{ENV}.yaml"
+    files["opolo_config"] = ROOT / "config" / "inverted_pendulum.yaml"
+    files["expert_onnx"] = ROOT / "models" / "experts" / f"{ENV}.onnx"
     return {name: str(path) for name, path in files.items()}
 
 
