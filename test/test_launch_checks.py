@@ -7,6 +7,7 @@
 - every shipped parameter file passes both paths (the direct loop's run config and the graph);
 - demonstrations of another task are refused before the graph starts (the learner would only reject
   them and wait), and a launch stopped before training began does not claim a checkpoint;
+- the learner node's exported policy carries the contract's metadata, ``seed`` included.
 """
 
 from __future__ import annotations
@@ -177,3 +178,34 @@ def test_launch_stopped_before_training_claims_no_checkpoint(tmp_path):
     assert proc.returncode == 130, stderr[-3000:]
     assert "opolo-ros launch: stopped after" in stderr and "(no checkpoint written)" in stderr, stderr[-3000:]
     assert "checkpoint in" not in stderr and not (run_dir / "checkpoint.pt").exists()
+
+
+# --------------------------------------------------------------------------- exported metadata
+
+@pytest.mark.ros
+def test_learner_node_policy_carries_the_contract_metadata_with_seed(tmp_path, ros_domain_id, ros_node):
+    from std_msgs.msg import Float32MultiArray
+    from test_fault_tolerance import resume_learner_spec
+
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.ros import messages as m
+    from opolo_ros.ros.qos import qos_for
+    from opolo_ros.ros.runtime import spin_until
+
+    spec = resume_learner_spec(tmp_path / "run")
+    spec.parameters.update(seed=7, time_feature=True)
+    rng = np.random.default_rng(0)
+    with lr.GraphRunner([spec], ros_domain_id) as graph:
+        node, executor = ros_node("demo_publisher")
+        demo_pub = node.create_publisher(Float32MultiArray, "/opolo/demonstrations",
+                                         qos_for("demonstrations"))
+        both = [executor, graph.executor]
+        assert spin_until(both, lambda: demo_pub.get_subscription_count() > 0, 20.0)
+        for k in range(4):
+            demo_pub.publish(m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k))
+        policy = tmp_path / "run" / "policy.onnx"  # the first export, before the first transition
+        assert spin_until(both, policy.is_file, 60.0), graph.nodes["learner"].error
+    meta = load_policy(policy).metadata
+    assert meta.extra["seed"] == "7" and meta.extra["time_feature"] == "1"
+    assert (meta.env_id, meta.obs_dim, meta.version) == ("InvertedPendulum-v5", 5, 0)
+    assert meta.source == "opolo_ros learner opolo"

@@ -111,6 +111,13 @@ def check_demonstrations(cfg: RunConfig) -> None:
         env.close()
 
 
+def policy_metadata(cfg: RunConfig, *, training_step: int, version: int, trainer: str) -> dict[str, object]:
+    """The ONNX metadata a trained policy carries besides its dimensions and bounds (README "ONNX
+    policy contract"), the same for both trainers."""
+    return {"env_id": cfg.env_id, "training_step": training_step, "version": version, "seed": cfg.seed,
+            "source": f"opolo_ros {trainer} {cfg.algo}", "time_feature": int(cfg.time_feature)}
+
+
 def run_finished(step: int, best_return: float, cfg: RunConfig) -> bool:
     """All `total_steps` taken, or an evaluation reached `stop_at_return` (both trainers)."""
     return step >= cfg.total_steps or best_return >= cfg.stop_at_return
@@ -255,10 +262,8 @@ class DirectTrainer:
     def export(self, path: Path) -> Path:
         return export_policy_or_warn(self.learner.actor, path, self._warn, action_low=self.scaler.low,
                                      action_high=self.scaler.high,
-                                     metadata={"env_id": self.cfg.env_id, "training_step": self.step,
-                                               "version": self.step, "seed": self.cfg.seed,
-                                               "source": f"opolo_ros direct {self.cfg.algo}",
-                                               "time_feature": int(self.cfg.time_feature)})
+                                     metadata=policy_metadata(self.cfg, training_step=self.step,
+                                                              version=self.step, trainer="direct"))
 
     @staticmethod
     def _warn(text: str) -> None:

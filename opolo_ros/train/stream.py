@@ -40,7 +40,14 @@ from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import CheckpointError, load_checkpoint, restore_runner, save_checkpoint
-from opolo_ros.train.direct import PolicyFn, TrainResult, note_evaluation, run_finished, seed_everything
+from opolo_ros.train.direct import (
+    PolicyFn,
+    TrainResult,
+    note_evaluation,
+    policy_metadata,
+    run_finished,
+    seed_everything,
+)
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
@@ -316,9 +323,8 @@ class StreamTrainer:
         waiting for this version must not wait forever.
         """
         kwargs = {"action_low": self.scaler.low, "action_high": self.scaler.high,
-                  "metadata": {"env_id": self.cfg.env_id, "training_step": self.learner.critic_steps,
-                               "version": self.step, "source": f"opolo_ros learner {self.cfg.algo}",
-                               "time_feature": int(self.cfg.time_feature)}}
+                  "metadata": policy_metadata(self.cfg, training_step=self.learner.critic_steps,
+                                              version=self.step, trainer="learner")}
         return export_policy_or_warn(self.learner.actor, path, self.hooks.log.warning, **kwargs)
 
     def _publish_policy(self) -> None:
