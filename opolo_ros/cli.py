@@ -91,7 +91,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     policy = load_policy(args.model)
     env_id = args.env_id or policy.metadata.env_id
-    time_feature = bool(int(policy.metadata.extra.get("time_feature", 0)))
+    time_feature = policy.metadata.time_feature
     _check_policy_fits(args.model, policy, env_id, time_feature)
     returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature)
     print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
@@ -128,11 +128,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     model = Path(args.model)
     policy = load_policy(model)
     env_id = args.env_id or policy.metadata.env_id
-    if args.time_feature == "auto":
-        flag = str(policy.metadata.extra.get("time_feature", "0")).strip().lower()
-        time_feature = flag in ("1", "true", "yes")
-    else:
-        time_feature = args.time_feature == "on"
+    time_feature = policy.metadata.time_feature if args.time_feature == "auto" else args.time_feature == "on"
     _check_policy_fits(model, policy, env_id, time_feature)
     output = Path(args.output) if args.output else Path("models/demos") / env_id
     if output.exists():

@@ -307,7 +307,7 @@ class Actor(FinishableNode):
             return None
         text = (f"joints x joint_fields give {spec.describe_size()}, the policy {origin} has "
                 f"obs_dim {meta.obs_dim}")
-        if str(meta.extra.get("time_feature", "0")).strip().lower() in ("1", "true", "yes"):
+        if meta.time_feature:
             text += ("; it was trained with time_feature: true, so it expects one extra input "
                      "(1 - t/T) that a JointState stream cannot provide: deploy a policy trained "
                      "without it, or publish Float32MultiArray observations that end with it")
