@@ -476,10 +476,13 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
         r, cfg = learner.result, learner.cfg
         print(f"\n{cfg.algo} on {cfg.env_id} through the ROS graph: {r.env_steps} env steps, "
               f"{learner.trainer.learner.critic_steps} gradient steps in {result.elapsed_s:.0f} s")
-        print(f"evaluation return: {r.eval_mean:.1f} +- {r.eval_std:.1f} "
-              f"({cfg.eval_episodes} deterministic episodes)")
-        print(f"normalised score: {r.normalised:.3f} (expert {r.expert_return:.1f}, "
-              f"random {r.random_return:.1f})")
+        if math.isnan(r.eval_mean):
+            print("no evaluation: the task has no reward (an MJCF file), so only the policy is the result")
+        else:
+            print(f"evaluation return: {r.eval_mean:.1f} +- {r.eval_std:.1f} "
+                  f"({cfg.eval_episodes} deterministic episodes)")
+            print(f"normalised score: {r.normalised:.3f} (expert {r.expert_return:.1f}, "
+                  f"random {r.random_return:.1f})")
         plot = f", learning curve: {learner.trainer.plot_path.name}" if learner.trainer.plot_path else ""
         print(f"run folder: {r.run_dir}  (policy: {r.policy_path.name}, TensorBoard: tb/, "
               f"evaluations: eval.csv{plot}, parameters: config.yaml, launch_params.yaml)")

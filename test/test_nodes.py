@@ -7,6 +7,9 @@ as separate processes would be), from the ``ros_node`` fixture.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -243,3 +246,22 @@ def test_bridge_survives_a_diverging_simulation(tmp_path, ros_domain_id):
         assert actor.actions > 0
     assert bridge.episodes >= bridge.diverged >= 20
     assert np.all(np.isfinite(bridge.obs))
+
+
+def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
+    """An MJCF task has no reward: the graph trains and exports, and says it did not evaluate
+    (it used to print 'nan +- nan (10 deterministic episodes)')."""
+    import gymnasium
+
+    from opolo_ros.ros import runtime
+
+    xml = tmp_path / "inverted_pendulum.xml"  # the stem picks config/inverted_pendulum.yaml (4 obs)
+    xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
+    env = {**os.environ, runtime.DOMAIN_ID_ENV: str(ros_domain_id)}
+    run = subprocess.run([str(Path(sys.executable).parent / "opolo-ros"), "launch", "sim_train",
+                          f"env:={xml}", "total_steps:=1100", f"run_dir:={tmp_path / 'run'}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "no evaluation: the task has no reward" in run.stdout and "nan" not in run.stdout
+    assert "no evaluation (no reward)" in run.stderr
+    assert (tmp_path / "run" / "policy.onnx").is_file()

@@ -428,8 +428,9 @@ class StreamTrainer:
         self.result = TrainResult(self.run_dir, self.step, mean, std,
                                   normalised_score(mean, self.random_return, self.expert_return),
                                   self.expert_return, self.random_return, self.policy_path)
-        self.hooks.log.info(f"done: {self.step} transitions, eval return {mean:.1f} +- {std:.1f}, "
-                            f"run folder {self.run_dir}")
+        evaluated = ("no evaluation (no reward)" if math.isnan(mean)
+                     else f"eval return {mean:.1f} +- {std:.1f}")
+        self.hooks.log.info(f"done: {self.step} transitions, {evaluated}, run folder {self.run_dir}")
         return self.result
 
     def close(self) -> None:
