@@ -49,7 +49,7 @@ def _check_demos(cfg: RunConfig) -> None:
     if cfg.algo == "opolo" and cfg.demos:
         from opolo_ros.data.demos import load_episodes
 
-        load_episodes(cfg.demos)
+        load_episodes(cfg.demos, **cfg.demo_options())
 
 
 def _check_policy_fits(model: object, policy: OnnxPolicy, env_id: str, time_feature: bool) -> None:

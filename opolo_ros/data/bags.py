@@ -308,7 +308,8 @@ def _choose_topic(topics: Mapping[str, str], bag: Path) -> str:
         return candidates[0]
     listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
     why = "several observation topics" if candidates else "no demonstration or observation topic"
-    raise BagError(f"{bag}: {why}; pass topic=... (topics: {listing})")
+    raise BagError(f"{bag}: {why}; choose one with the config key demos_topic (or --set "
+                   f"demos_topic=...; demo_player: bag_topic) (topics: {listing})")
 
 
 def _flatten(value: Any, what: str) -> np.ndarray:

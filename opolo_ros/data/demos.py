@@ -85,11 +85,20 @@ class ExpertDataset:
         self.generator.set_state(state["generator"])
 
 
-def load_episodes(path: str | Path) -> list[Episode]:
-    """State-only episodes from a .npz file (rosbag2 bags and folders: see `data.bags`)."""
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def load_episodes(path: str | Path, topic: str = "", joints: str = "",
+                  fields: str = "position,velocity", episode_gap_s: float = 0.5) -> list[Episode]:
+    """State-only episodes from a .npz file or a rosbag2 bag / folder of bags (see `data.bags`):
+    from `topic` ("" = automatic); JointState `joints` ("a,b" in policy order; "" = the first
+    message's order) and `fields`; `episode_gap_s` splits observation streams. The bag options
+    are the run config's `demos_*` keys (`RunConfig.demo_options()`)."""
     path = Path(path)
     if path.suffix == ".npz":
         return load_npz(path)
     from opolo_ros.data.bags import read_demonstrations  # rosbags is only needed for bags
 
-    return read_demonstrations(path)
+    return read_demonstrations(path, topic=topic or None, joints=_names(joints) or None,
+                               fields=_names(fields), episode_gap_s=episode_gap_s)

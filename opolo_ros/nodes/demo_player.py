@@ -23,24 +23,24 @@ PARAMETERS: dict[str, tuple] = {
     "num_demos": (0, "publish at most this many episodes; 0 = all"),
     "bag_topic": ("", "topic to read from the bag; empty = automatic (/opolo/demonstrations, else "
                       "the only state topic)"),
+    "bag_joints": ("", "sensor_msgs/JointState bags: joint names in policy order, comma-separated; "
+                       "empty = the first message's order"),
+    "bag_fields": ("position,velocity", "sensor_msgs/JointState bags: the fields, in order"),
+    "episode_gap_s": (0.5, "observation streams: a gap this long (seconds) starts a new episode"),
 }
 
 
 class DemoPlayer(FinishableNode):
     def __init__(self, *, node_name: str = "demo_player", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
-        demos, topic, count, bag_topic = (declare(self, name, default, desc)
-                                          for name, (default, desc) in PARAMETERS.items())
+        p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
+        demos, topic, count = p["demos"], p["topic"], p["num_demos"]
         if not demos:
             raise ParameterError("parameter 'demos' (the bag or .npz to play) is required")
         if count < 0:
             raise ParameterError(f"parameter 'num_demos' must be >= 0, got {count}")
-        if bag_topic:
-            from opolo_ros.data.bags import read_demonstrations
-
-            episodes = read_demonstrations(demos, topic=bag_topic)
-        else:
-            episodes = load_episodes(demos)
+        episodes = load_episodes(demos, topic=p["bag_topic"], joints=p["bag_joints"],
+                                 fields=p["bag_fields"], episode_gap_s=p["episode_gap_s"])
         self.episodes: list[Episode] = episodes[:count] if count else episodes
         if len(self.episodes) > DEMONSTRATIONS_DEPTH:
             self.get_logger().warning(f"{len(self.episodes)} episodes but the topic keeps the last "
