@@ -108,9 +108,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from opolo_ros.train.direct import DirectTrainer
 
+    checkpoint = Path(args.checkpoint)
+    if args.config is None:  # the run's own config, which its folder keeps next to the checkpoint
+        saved = checkpoint.parent / "config.yaml"
+        if not saved.is_file():
+            raise FileNotFoundError(f"no --config given and no {saved} (the run folder's config) "
+                                    "next to the checkpoint")
+        args.config = str(saved)
     cfg = _config(args)
     trainer = DirectTrainer(cfg)
-    trainer.restore(Path(args.checkpoint))
+    trainer.restore(checkpoint)
     path = trainer.export(Path(args.output))
     print(f"exported {path}")
     return 0
@@ -199,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the evaluation (mean/std/episodes/seed) into the model's metadata")
     ev.set_defaults(func=cmd_evaluate)
 
-    ex = sub.add_parser("export", help="export the policy of a checkpoint to ONNX")
+    ex = sub.add_parser("export", help="export the policy of a checkpoint to ONNX (config: --config, "
+                                       "else the config.yaml next to the checkpoint)")
     run_args(ex)
     ex.add_argument("checkpoint")
     ex.add_argument("output")
