@@ -51,6 +51,12 @@ def describe(args: dict) -> list:
     model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
     output = args["output"] or f"demos/{env}_seed{seed}"
     time_feature = expert_time_feature(args["time_feature"], model)
+    if not env.endswith(".xml"):  # a wrong time_feature would record the watchdog's safe commands
+        from opolo_ros.export.onnx_policy import load_policy
+        from opolo_ros.sim.envs import check_policy_fits
+
+        meta = load_policy(model).metadata
+        check_policy_fits(model, meta.obs_dim, meta.act_dim, env, time_feature)
     return [
         NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
             **node_parameters(params_file, "sim_bridge", ns), "env_id": env, "seed": seed,

@@ -10,14 +10,9 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides, read_yaml, run_section
 from opolo_ros.errors import one_line
-
-if TYPE_CHECKING:
-    from opolo_ros.export.onnx_policy import OnnxPolicy
-
 
 COMMAND_OF_ALGO = {"opolo": "train", "td3": "train-expert"}
 
@@ -52,20 +47,6 @@ def _check_demos(cfg: RunConfig) -> None:
         load_episodes(cfg.demos, **cfg.demo_options())
 
 
-def _check_policy_fits(model: object, policy: OnnxPolicy, env_id: str, time_feature: bool) -> None:
-    """The policy's dimensions against the environment's, as a clear error before any rollout."""
-    from opolo_ros.sim.envs import make_env
-
-    env = make_env(env_id, time_feature=time_feature)
-    dims = (int(env.observation_space.shape[0]), int(env.action_space.shape[0]))
-    env.close()
-    meta = policy.metadata
-    if (meta.obs_dim, meta.act_dim) != dims:
-        raise ValueError(f"{model} takes obs_dim {meta.obs_dim} and gives act_dim {meta.act_dim}, but "
-                         f"{env_id} {'with' if time_feature else 'without'} time feature has obs_dim "
-                         f"{dims[0]} and act_dim {dims[1]}")
-
-
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
     cfg = _config(args, algo=algo)
     _check_demos(cfg)
@@ -85,14 +66,15 @@ def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from opolo_ros.export.onnx_policy import load_policy
-    from opolo_ros.sim.envs import evaluate
+    from opolo_ros.sim.envs import check_policy_fits, evaluate
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     policy = load_policy(args.model)
     env_id = args.env_id or policy.metadata.env_id
     time_feature = policy.metadata.time_feature
-    _check_policy_fits(args.model, policy, env_id, time_feature)
+    check_policy_fits(args.model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id,
+                      time_feature)
     returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature)
     print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
     if args.stamp:
@@ -128,6 +110,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
     from opolo_ros.data.bags import write_demonstrations
     from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.envs import check_policy_fits
     from opolo_ros.sim.rollout import rollout_episodes
 
     if args.episodes < 1:
@@ -136,7 +119,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     policy = load_policy(model)
     env_id = args.env_id or policy.metadata.env_id
     time_feature = policy.metadata.time_feature if args.time_feature == "auto" else args.time_feature == "on"
-    _check_policy_fits(model, policy, env_id, time_feature)
+    check_policy_fits(model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id, time_feature)
     output = Path(args.output) if args.output else Path("models/demos") / env_id
     if output.exists():
         raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "

@@ -147,6 +147,18 @@ def test_sim_train_refuses_demonstrations_of_another_task_before_any_node_starts
     assert not (tmp_path / "run").exists()
 
 
+def test_record_expert_takes_the_time_feature_from_the_expert_and_refuses_a_wrong_one(tmp_path):
+    """The shipped Hopper expert sees the time feature: `auto` turns it on; `false` would feed it
+    11 values for 12 inputs and record the watchdog's safe commands, so it is refused."""
+    hopper = str(lr.package_path("models", "experts", "Hopper-v5.onnx"))
+    args = ["env:=Hopper-v5", f"model:={hopper}", f"output:={tmp_path / 'bag'}"]
+    bridge, _, recorder = lr.describe_launch("record_expert", args)[2]
+    assert bridge.parameters["time_feature"] is True and recorder.parameters["drop_time_feature"] is True
+    with pytest.raises(ValueError, match=r"takes obs_dim 12 .* Hopper-v5 without time feature "
+                                         r"has obs_dim 11"):
+        lr.describe_launch("record_expert", [*args, "time_feature:=false"])
+
+
 @pytest.mark.ros
 def test_launch_stopped_before_training_claims_no_checkpoint(tmp_path):
     """SIGINT while the learner still waits for demonstrations: exit 130, and no "checkpoint in"."""

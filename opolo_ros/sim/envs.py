@@ -152,3 +152,14 @@ def set_env_state(env: gym.Env, state: dict) -> None:
             if key in state:
                 setattr(e, attr, state[key])
         e = e.env
+
+
+def check_policy_fits(origin: object, obs_dim: int, act_dim: int, env_id: str, time_feature: bool) -> None:
+    """A policy's dimensions against the environment's, as a clear error before any rollout."""
+    env = make_env(env_id, time_feature=time_feature)
+    dims = (int(env.observation_space.shape[0]), int(env.action_space.shape[0]))
+    env.close()
+    if (obs_dim, act_dim) != dims:
+        raise ValueError(f"{origin} takes obs_dim {obs_dim} and gives act_dim {act_dim}, but "
+                         f"{env_id} {'with' if time_feature else 'without'} time feature has obs_dim "
+                         f"{dims[0]} and act_dim {dims[1]}")
