@@ -7,7 +7,7 @@ journal
 
 throughput
     ``launch/sim_train.launch.py``'s graph in one process (as ``bench/graph_vs_direct.py``), with
-    the learner's journal off, on without fsync, and on with fsync (the default), for the file's
+    the learner's journal off, on without fsync (the default), and on with fsync, for the file's
     ``max_ahead`` (50: a batch of about 50 transitions per acknowledgement) and for ``max_ahead 0``
     (one transition per batch: the most appends per step). Each system is warmed up past the
     warm-up and the inverse-model pre-training (not timed), then timed for ``--steps`` env steps

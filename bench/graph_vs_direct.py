@@ -26,7 +26,7 @@ parity
     ``--seeds``).
 
         .venv/bin/python bench/graph_vs_direct.py parity --seeds 0 1 2 --total-steps 10000 \
-            --eval-every 1000 --out bench/parity_ip
+            --eval-every 1000 --out bench/results/parity_ip
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def main() -> int:
     q.add_argument("--total-steps", dest="total_steps", type=int, default=0)
     q.add_argument("--eval-every", dest="eval_every", type=int, default=1000)
     q.add_argument("--eval-episodes", dest="eval_episodes", type=int, default=10)
-    q.add_argument("--out", default="bench/parity_ip")
+    q.add_argument("--out", default="bench/results/parity_ip")
     q.add_argument("--domain", type=int, default=None,
                    help="ROS_DOMAIN_ID of the graph runs (default 150 + pid %% 50); give parity runs "
                         "side by side distinct domains")

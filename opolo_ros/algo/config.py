@@ -79,7 +79,7 @@ class OPOLOConfig:
     normalize_inverse: bool = True
     norm_std_floor: float = 0.1
     # torch.compile the critic loss graph (forward + backward; same maths up to float rounding):
-    # ~3% more env steps/s on CPU (HalfCheetah, bench/throughput.py) for 15-40 s of compilation,
+    # ~3% more env steps/s on CPU (HalfCheetah, bench/throughput.py) for 13-37 s of compilation (measured),
     # so it pays on runs of ~100k steps or more. A compile failure falls back to eager, warning.
     compile_critic: bool = False
 
