@@ -90,6 +90,26 @@ def table(results: dict[str, dict[str, dict]], at: list[int]) -> str:
     return "\n".join(lines)
 
 
+def spread(env_id: str, variants: list[str], seeds: list[int], run_root: str, after: int) -> list[str]:
+    """Per run: its last evaluation, and the range and mean of its evaluations after `after` steps
+    (the glance table's columns in BENCHMARKS.md)."""
+    lines = []
+    for variant in variants:
+        for seed in seeds:
+            csv = Path(run_root) / f"{env_id}_{variant}_seed{seed}" / "eval.csv"
+            rows = RunLogger.read_evaluations(csv)
+            if not rows:
+                continue
+            last = rows[-1]
+            line = f"{env_id} {variant} seed {seed}: last {last['normalised']:.3f} at {int(last['env_step'])}"
+            late = [r["normalised"] for r in rows if r["env_step"] > after]
+            if late:
+                line += (f"; after {after // 1000}k: {min(late):.3f}-{max(late):.3f}, "
+                         f"mean {sum(late) / len(late):.3f} ({len(late)})")
+            lines.append(line)
+    return lines
+
+
 def plot(env_id: str, variants: list[str], seeds: list[int], run_root: str, out_dir: str) -> Path | None:
     from opolo_ros.plot import plot_curves
 
@@ -128,12 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plots", help="folder for one learning-curve PNG per task")
     p.add_argument("--report", action="store_true",
                    help="run nothing: table and plots from what the run folders hold (runs under way too)")
+    p.add_argument("--after", type=int, default=300_000,
+                   help="also print each run's last evaluation and the range and mean of its "
+                        "evaluations after this step")
     args = p.parse_args(argv)
 
     results = {task: run_task(task, args.variants, args.seeds, args.at, args.run_root, args.set,
                               args.eval_every, args.report) for task in args.tasks}
     print("\nNormalised score (R - R_random) / (R_expert - R_random), deterministic evaluation\n")
     print(table(results, args.at))
+    for task in args.tasks:
+        for line in spread(task, args.variants, args.seeds, args.run_root, args.after):
+            print(line)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"set": args.set, "at": args.at, "results": results}, indent=1))
