@@ -268,7 +268,7 @@ def test_error_truncated_storage(tmp_path: Path) -> None:
     data = bag / "demos.mcap"
     raw = data.read_bytes()
     data.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(ValueError, match="demos") as exc:
+    with pytest.raises(ValueError, match=r"demos: not a readable rosbag2 bag \(corrupt or truncated") as exc:
         read_demonstrations(bag)
     _one_line(exc)
 
@@ -368,20 +368,24 @@ def test_cli_record_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "refusing to overwrite" in err and err.count("\n") == 1
 
 
-def test_run_config_picks_the_topic_joints_and_fields_of_a_robot_bag(tmp_path: Path) -> None:
-    """A robot bag with two JointState topics: the run config's demos_* keys choose the topic, the
-    joints in policy order and the fields, for the direct loop and for the graph's demo_player."""
-    from opolo_ros.algo.config import load_run_config
-    from opolo_ros.launch_runner import describe_launch
-
+def robot_bag(path: Path) -> tuple[Path, np.ndarray]:
+    """A bag with two JointState topics (an arm and a gripper), and the observations that
+    demos_topic=/joint_states, demos_joints=shoulder,elbow, demos_fields=velocity,position make."""
     rng = np.random.default_rng(1)
     pos, vel = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
     stamps = [SEC + k * SEC // 50 for k in range(6)]
     arm = [(t, _joint_state(["wrist", "shoulder", "elbow"], pos[k], vel[k])) for k, t in enumerate(stamps)]
     gripper = [(t, _joint_state(["finger"], [0.1], [0.0])) for t in stamps]
-    bag = _write_stream(tmp_path / "robot", {"/joint_states": (JS, arm),
-                                             "/gripper/joint_states": (JS, gripper)})
+    bag = _write_stream(path, {"/joint_states": (JS, arm), "/gripper/joint_states": (JS, gripper)})
+    return bag, np.concatenate([vel[:, [1, 2]], pos[:, [1, 2]]], axis=1).astype(np.float32)
 
+
+def test_run_config_picks_the_topic_joints_and_fields_of_a_robot_bag(tmp_path: Path) -> None:
+    """A robot bag with two JointState topics: the run config's demos_* keys choose the topic, the
+    joints in policy order and the fields (the graph's demo_player: test_nodes.py)."""
+    from opolo_ros.algo.config import load_run_config
+
+    bag, want = robot_bag(tmp_path / "robot")
     cfg = load_run_config(None, {"demos": str(bag)})
     with pytest.raises(ValueError, match="several observation topics; choose one with the config key "
                                          "demos_topic") as exc:
@@ -390,15 +394,4 @@ def test_run_config_picks_the_topic_joints_and_fields_of_a_robot_bag(tmp_path: P
     cfg = load_run_config(None, {"demos": str(bag), "demos_topic": "/joint_states",
                                  "demos_joints": "shoulder, elbow", "demos_fields": "velocity,position"})
     (ep,) = load_episodes(cfg.demos, **cfg.demo_options())
-    want = np.concatenate([vel[:, [1, 2]], pos[:, [1, 2]]], axis=1).astype(np.float32)
     assert np.array_equal(ep.obs, want)
-
-    params = tmp_path / "task.yaml"  # the same keys in a task file reach the graph's demo_player
-    params.write_text(f"/**:\n  ros__parameters:\n    env_id: InvertedPendulum-v5\n    demos: {bag}\n"
-                      "    demos_topic: /joint_states\n    demos_joints: shoulder,elbow\n"
-                      "    demos_fields: velocity,position\n    demos_episode_gap_s: 0.25\n")
-    _, _, nodes = describe_launch("sim_train", [f"params_file:={params}", f"run_dir:={tmp_path / 'run'}"])
-    player = next(n for n in nodes if n.name == "demo_player").parameters
-    assert (player["demos"], player["bag_topic"], player["bag_joints"]) == (str(bag), "/joint_states",
-                                                                            "shoulder,elbow")
-    assert (player["bag_fields"], player["episode_gap_s"]) == ("velocity,position", 0.25)

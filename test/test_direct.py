@@ -73,6 +73,15 @@ def test_checkpoint_for_another_env_is_refused(tmp_path, demos):
     other = DirectTrainer(small_cfg(tmp_path, demos, algo="td3"))
     with pytest.raises(ValueError, match="checkpoint .* is for opolo on .*, not td3 on"):
         other.restore(a.checkpoint_path)
+    # the same algorithm and networks, written for another task: refused too
+    from opolo_ros.train.checkpoint import load_checkpoint, save_checkpoint
+
+    state = load_checkpoint(a.checkpoint_path)
+    state["config"]["env_id"] = "InvertedPendulumReal-v0"
+    save_checkpoint(a.checkpoint_path, state)
+    with pytest.raises(ValueError, match=r"is for opolo on InvertedPendulumReal-v0, not opolo on "
+                                         r"InvertedPendulum-v5"):
+        DirectTrainer(small_cfg(tmp_path, demos)).restore(a.checkpoint_path)
 
 
 def test_checkpoint_of_another_network_shape_is_refused_naming_the_change(tmp_path, demos):
@@ -158,9 +167,15 @@ def test_sigterm_checkpoints_and_the_same_run_resumes(tmp_path, demos):
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
     assert (tmp_path / "run_opolo" / "policy.onnx").is_file()
     resumed = DirectTrainer(small_cfg(tmp_path, demos, total_steps=stopped + 30))
+    calls, env_step = [], resumed.env_step
+    resumed.env_step = lambda: (calls.append(1), env_step())[1]
     result = resumed.train()
-    assert result.env_steps == stopped + 30  # continued from the checkpoint, not from 0
+    assert result.env_steps == stopped + 30 and len(calls) == 30  # continued from the checkpoint, not 0
     assert resumed.learner.critic_steps >= trainer.learner.critic_steps + 30
+    plain = DirectTrainer(small_cfg(tmp_path / "plain", demos, total_steps=stopped + 30))
+    plain.train()
+    for a, b in zip(params(plain), params(resumed)):  # and it ends where a run never stopped ends
+        assert torch.equal(a, b)
 
 
 def test_stop_inside_an_update_burst_resumes_to_the_uninterrupted_run(tmp_path, demos):

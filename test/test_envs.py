@@ -81,3 +81,14 @@ def test_gymnasium_tasks_are_guarded_and_unaffected(env_id):
         assert "diverged" not in info
         if terminated or truncated:
             env.reset()
+    # step for step the same observations, rewards and ends as the plain Gymnasium env
+    guarded, plain = make_env(env_id, seed=0), gym.make(env_id)
+    np.testing.assert_array_equal(guarded.reset(seed=0)[0], plain.reset(seed=0)[0])
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        action = rng.uniform(guarded.action_space.low, guarded.action_space.high).astype(np.float32)
+        ours, theirs = guarded.step(action), plain.step(action)
+        np.testing.assert_array_equal(ours[0], theirs[0])
+        assert ours[1:4] == theirs[1:4] and "diverged" not in ours[4]
+        if ours[2] or ours[3]:
+            break

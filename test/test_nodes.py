@@ -265,3 +265,23 @@ def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
     assert "no evaluation: the task has no reward" in run.stdout and "nan" not in run.stdout
     assert "no evaluation (no reward)" in run.stderr
     assert (tmp_path / "run" / "policy.onnx").is_file()
+
+
+def test_demo_player_reads_a_robot_bag_with_the_task_files_bag_keys(tmp_path, ros_domain_id):
+    """demos_topic / demos_joints / demos_fields in a task file reach the graph's demo_player, which
+    reads the bag with them (two JointState topics: without demos_topic the bag is ambiguous)."""
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import robot_bag
+
+    from opolo_ros.launch_runner import describe_launch
+
+    bag, want = robot_bag(tmp_path / "robot")
+    params = tmp_path / "task.yaml"
+    params.write_text(f"/**:\n  ros__parameters:\n    env_id: InvertedPendulum-v5\n    demos: {bag}\n"
+                      "    demos_topic: /joint_states\n    demos_joints: shoulder,elbow\n"
+                      "    demos_fields: velocity,position\n")
+    _, _, specs = describe_launch("sim_train", [f"params_file:={params}", f"run_dir:={tmp_path / 'run'}"])
+    player = next(s for s in specs if s.name == "demo_player")
+    with GraphRunner([player], ros_domain_id) as graph:
+        (episode,) = graph.nodes["demo_player"].episodes
+    np.testing.assert_array_equal(episode.obs, want)

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 import torch
 
+from opolo_ros.algo import losses
 from opolo_ros.algo.batch import StatePairs, Transitions
 from opolo_ros.algo.config import NetworkConfig, OPOLOConfig
 from opolo_ros.algo.opolo import OPOLOLearner, done_mask
@@ -43,8 +44,16 @@ def positive_residual_cache(learner, b):
 def test_residual_mode_routes_policy_gradient_through_next_state_q():
     b = batch()
     res = make(residual_mode="residual", alpha=0.0, lam=0.0)
-    loss, _ = res.actor_loss(b, None, positive_residual_cache(res, b))
+    cache = positive_residual_cache(res, b)
+    loss, _ = res.actor_loss(b, None, cache)
     assert any(g is not None and g.abs().sum() > 0 for g in actor_grads(res, loss))
+    # exactly the gradient of f*(r + gamma Q(s', pi(s')) - Q(s, a)): through the next state's action
+    r, mask, q_sa = cache
+    residual = r + res.cfg.gamma * mask * res.critic(b.next_obs, res.actor(b.next_obs)) - q_sa
+    ref = losses.dice_actor_loss(None, res.cfg.alpha, res.cfg.gamma, residual, res.cfg.f_q,
+                                 res.cfg.residual_clip)
+    for g, h in zip(actor_grads(res, loss), actor_grads(res, ref)):
+        assert torch.allclose(g, h)
 
     stop = make(residual_mode="stop_gradient", alpha=0.0, lam=0.0)
     loss, _ = stop.actor_loss(b, None, positive_residual_cache(stop, b))

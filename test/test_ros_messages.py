@@ -456,6 +456,15 @@ def test_linked_waits_for_both_ends_of_a_link(ros_node) -> None:
     _wait([pub_exec, sub_exec], lambda: runtime.linked(pub, sub_node))
     assert pub.get_subscription_count() == 1 and sub.get_publisher_count() == 1
     assert other.get_publisher_count() == 0
+    # The writer sees a reader of the node, but another reader of that node on the topic never
+    # matches the writer (it asks transient local of a volatile writer): not linked. Without the
+    # reader-side check, linked() would say yes here.
+    strict = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    never = sub_node.create_subscription(Float32MultiArray, "/linked_test", lambda _: None, strict)
+    runtime.spin_until([pub_exec, sub_exec], lambda: False, 0.5)
+    assert pub.get_subscription_count() == 1 and never.get_publisher_count() == 0
+    assert not runtime.linked(pub, sub_node)
 
 
 @pytest.mark.ros
