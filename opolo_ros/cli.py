@@ -17,6 +17,17 @@ from opolo_ros.errors import one_line
 COMMAND_OF_ALGO = {"opolo": "train", "td3": "train-expert"}
 
 
+def _node_parameter_names() -> frozenset[str] | None:
+    """Every parameter the package's nodes declare (what a task file's `/**` section may set); None
+    without rclpy, where the nodes cannot be imported: those keys are then not checked."""
+    try:
+        from opolo_ros.launch_runner import package_parameter_names
+
+        return package_parameter_names()
+    except ImportError:
+        return None
+
+
 def _config(args: argparse.Namespace, algo: str | None = None) -> RunConfig:
     """The run config of a command: defaults, --config, --set, the options; `algo` is the command's
     (train: opolo, train-expert: td3), and a config or --set that asks for the other one is refused."""
@@ -25,7 +36,8 @@ def _config(args: argparse.Namespace, algo: str | None = None) -> RunConfig:
         value = getattr(args, key, None)
         if value is not None:
             overrides[key] = value
-    cfg = load_run_config(args.config, overrides)  # every key checked first
+    names = _node_parameter_names() if args.config else None
+    cfg = load_run_config(args.config, overrides, names)  # every key checked first
     if algo is None:
         return cfg
     if "algo" in overrides:
@@ -36,7 +48,7 @@ def _config(args: argparse.Namespace, algo: str | None = None) -> RunConfig:
     if given is not None and given != algo:
         raise ValueError(f"{where}, but `opolo-ros {args.command}` trains {algo}: "
                          f"use `opolo-ros {COMMAND_OF_ALGO[cfg.algo]}`")
-    return load_run_config(args.config, {**overrides, "algo": algo})
+    return load_run_config(args.config, {**overrides, "algo": algo}, names)
 
 
 def _check_demos(cfg: RunConfig) -> None:

@@ -201,7 +201,7 @@ def run_config(params_file: str | Path | None, overrides: Mapping[str, Any] | No
     """The learner's run config from a parameter file plus overrides (as the learner will see it)."""
     from opolo_ros.algo.config import load_run_config
 
-    return load_run_config(params_file or None, overrides)
+    return load_run_config(params_file or None, overrides, package_parameter_names())
 
 
 def parse_arguments(items: Sequence[str]) -> dict[str, str]:

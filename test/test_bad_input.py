@@ -57,6 +57,10 @@ CASES = {
                                 "--run-dir", "{tmp}/typo"),
                                "section 'learner': unknown key 'total_step', not a parameter of the learner "
                                "node; did you mean 'total_steps'?"),
+    "config unknown shared key": Case(("train", "--config", "{typo_shared_params}", "--total-steps", "10",
+                                       "--run-dir", "{tmp}/typo_shared"),
+                                      "section '/**': unknown key 'sed', not a parameter of any opolo_ros "
+                                      "node"),
     "launch params unknown key": Case(("launch", "sim_train", "params_file:={typo_bridge_params}",
                                        "total_steps:=10", "run_dir:={tmp}/launch_typo"),
                                       "section 'sim_bridge': unknown key 'max_ahed', not a parameter of the "
@@ -109,10 +113,11 @@ def bad_files(tmp: Path) -> dict[str, str]:
     task = (ROOT / "config" / "inverted_pendulum.yaml").read_text()
     texts["typo_learner_params"] = task.replace("total_steps: 20000", "total_step: 300")
     texts["typo_bridge_params"] = task.replace("max_ahead: 50", "max_ahed: 50")
+    texts["typo_shared_params"] = task.replace("    seed: 0\n", "    seed: 0\n    sed: 1\n", 1)
     for name, text in texts.items():
         files[name] = tmp / f"{name}.yaml"
         files[name].write_text(text)
-        assert name not in ("typo_learner_params", "typo_bridge_params") or text != task
+        assert not name.startswith("typo_") or text != task
     files["expert_config"] = ROOT / "config" / "experts" / f"{ENV}.yaml"
     files["opolo_config"] = ROOT / "config" / "inverted_pendulum.yaml"
     files["expert_onnx"] = ROOT / "models" / "experts" / f"{ENV}.onnx"

@@ -264,17 +264,6 @@ def check_parameter_names(names: Iterable[str], known: Collection[str], where: s
         raise ValueError(f"{where}: unknown key '{name}', not a parameter of {who}{hint}")
 
 
-def graph_parameter_names() -> frozenset[str] | None:
-    """Every parameter some node of the package declares (what a ``/**`` section may set); None where
-    the nodes cannot be imported (no rclpy): then that cannot be checked."""
-    try:
-        from opolo_ros.launch_runner import package_parameter_names
-
-        return package_parameter_names()
-    except ImportError:
-        return None
-
-
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
     """A YAML file's content, with one-line errors for a missing file or malformed YAML."""
     path = Path(path)
@@ -286,16 +275,20 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
         raise ValueError(f"{what} {path} is not valid YAML: {exc}") from None
 
 
-def run_section(data: Any, path: Path | str = "<config>") -> Mapping[str, Any]:
+def run_section(data: Any, path: Path | str = "<config>",
+                node_names: Collection[str] | None = None) -> Mapping[str, Any]:
     """The run-config mapping of a YAML document.
 
     A plain mapping is a run config. A ROS 2 parameter file (`node: {ros__parameters: ...}`) gives the
     merge of its `/**` section and its `learner` section, so one file per task serves both
     `ros2 launch` and the direct loop. Their keys beyond the run config are checked, not ignored: the
     learner section may hold the learner node's other parameters (:data:`LEARNER_PARAMETERS`), the
-    `/**` section (every node's) those of any node of the package; anything else is refused with the
-    closest known key (a typo must not change a run silently). Sections of other nodes (sim_bridge,
-    actor, ...) are not read here (``opolo_ros.launch_runner.node_parameters`` checks them).
+    `/**` section (every node's) those of any node of the package (`node_names`: every parameter
+    the nodes declare, ``opolo_ros.launch_runner.package_parameter_names()``, which the callers above
+    the ROS-free layers pass in; None: `/**` keys beyond the learner's are not checked here); anything
+    else is refused with the closest known key (a typo must not change a run silently). Sections of
+    other nodes (sim_bridge, actor, ...) are not read here
+    (``opolo_ros.launch_runner.node_parameters`` checks them, `/**` too).
     """
     if not isinstance(data, Mapping):
         raise ValueError(f"config file {path}: expected a mapping at the top level")
@@ -314,21 +307,21 @@ def run_section(data: Any, path: Path | str = "<config>") -> Mapping[str, Any]:
             check_parameter_names([k for k in flat if k.split(".")[0] in known], learner, where,
                                   f"the {RUN_NODE} node")
             others = [k for k in flat if k.split(".")[0] not in known and k not in learner]
-            everyone = graph_parameter_names() if others else None
-            if everyone is not None:
-                check_parameter_names(others, everyone | learner, where, "any opolo_ros node")
+            if others and node_names is not None:
+                check_parameter_names(others, frozenset(node_names) | learner, where, "any opolo_ros node")
         else:
             check_parameter_names(flat, learner, where, f"the {RUN_NODE} node")
         deep_merge(merged, unflatten({k: v for k, v in flat.items() if k.split(".")[0] in known}))
     return merged
 
 
-def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
-                    ) -> RunConfig:
-    """Build a RunConfig from defaults, then a YAML file, then a mapping of overrides."""
+def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
+                    node_names: Collection[str] | None = None) -> RunConfig:
+    """Build a RunConfig from defaults, then a YAML file (`node_names`: see :func:`run_section`), then
+    a mapping of overrides."""
     cfg = RunConfig()
     if path is not None:
-        cfg = update_dataclass(cfg, run_section(read_yaml(path), path))
+        cfg = update_dataclass(cfg, run_section(read_yaml(path), path, node_names))
     if overrides:
         cfg = update_dataclass(cfg, overrides)
     if math.isfinite(cfg.stop_at_return) and cfg.eval_every <= 0:
