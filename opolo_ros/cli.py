@@ -100,7 +100,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from opolo_ros.train.direct import DirectTrainer
+    from opolo_ros.train.direct import export_checkpoint
 
     checkpoint = Path(args.checkpoint)
     if args.config is None:  # the run's own config, which its folder keeps next to the checkpoint
@@ -109,10 +109,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"no --config given and no {saved} (the run folder's config) "
                                     "next to the checkpoint")
         args.config = str(saved)
-    cfg = _config(args)
-    trainer = DirectTrainer(cfg)
-    trainer.restore(checkpoint)
-    path = trainer.export(Path(args.output))
+    path = export_checkpoint(_config(args), checkpoint, Path(args.output))
     print(f"exported {path}")
     return 0
 

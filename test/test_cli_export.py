@@ -24,6 +24,13 @@ def test_export_takes_the_config_next_to_the_checkpoint(tmp_path: Path, monkeypa
     meta = load_policy(out).metadata
     assert (meta.env_id, meta.obs_dim, meta.extra["seed"]) == ("InvertedPendulum-v5", 4, "3")
 
+    # no demonstrations needed: from another folder the config's relative demos path does not exist
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["export", str(run / "checkpoint.pt"), str(tmp_path / "far.onnx")]) == 0
+    assert load_policy(tmp_path / "far.onnx").metadata.training_step == 300
+
     (run / "config.yaml").unlink()
     capsys.readouterr()
     assert cli.main(["export", str(run / "checkpoint.pt"), str(tmp_path / "again.onnx")]) == 2

@@ -153,6 +153,38 @@ def actor_action(actor: torch.nn.Module, obs: np.ndarray) -> np.ndarray:
         return actor(torch.as_tensor(obs, dtype=torch.float32, device=device).unsqueeze(0))[0].cpu().numpy()
 
 
+class _LearnerOnly:
+    """A runner stand-in that restores only the learner's networks and normalisers from a checkpoint."""
+
+    def __init__(self, learner: object) -> None:
+        self.learner = learner
+
+    def load_state_dict(self, state: dict) -> None:
+        self.learner.load_state_dict(state["learner"])
+
+
+def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
+    """The policy of a checkpoint as ONNX. Only the networks are rebuilt: no demonstrations, replay
+    buffer or environment steps (the environment gives the dimensions and the action bounds)."""
+    env = make_env(cfg.env_id, time_feature=cfg.time_feature)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    scaler = ActionScaler.from_space(env.action_space)
+    env.close()
+    learner = make_learner(cfg, obs_dim, act_dim)
+    state = load_checkpoint(checkpoint)
+    restore_runner(_LearnerOnly(learner), state, to_dict(cfg), checkpoint,
+                   "export it with the run's own config (the config.yaml next to it)")
+    return export_actor(learner.actor, scaler, cfg, state["step"], out)
+
+
+def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, step: int, out: Path) -> Path:
+    """The direct loop's ONNX export of `actor` at env step `step` (checked; a failed check warns)."""
+    return export_policy_or_warn(actor, out, DirectTrainer._warn, action_low=scaler.low,
+                                 action_high=scaler.high,
+                                 metadata=policy_metadata(cfg, training_step=step, version=step,
+                                                          trainer="direct"))
+
+
 class DirectTrainer:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -260,10 +292,7 @@ class DirectTrainer:
         return float(returns.mean()), float(returns.std())
 
     def export(self, path: Path) -> Path:
-        return export_policy_or_warn(self.learner.actor, path, self._warn, action_low=self.scaler.low,
-                                     action_high=self.scaler.high,
-                                     metadata=policy_metadata(self.cfg, training_step=self.step,
-                                                              version=self.step, trainer="direct"))
+        return export_actor(self.learner.actor, self.scaler, self.cfg, self.step, path)
 
     @staticmethod
     def _warn(text: str) -> None:
