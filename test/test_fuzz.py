@@ -211,3 +211,16 @@ def test_callbacks_count_what_they_reject(nodes) -> None:
     bridge._waiting_action = True
     bridge._on_action(Float64MultiArray(data=[math.nan]))
     assert bridge.steps == steps and bridge._waiting_action  # still waiting for a usable action
+
+
+def test_learner_warns_when_replay_comes_from_another_source(nodes, capfd) -> None:
+    """A second bridge, or another training on the same ROS domain: said once per new source."""
+    learner, z = nodes["learner"], np.zeros
+    sources = (3_000_000_001, 3_000_000_002)
+    for source in (*sources, sources[0]):
+        batch = m.replay_to_msg(z((2, 4)), z((2, 1)), z((2, 4)), z(2), z(2), z(2), seq=7, source=source)
+        assert learner.take(batch) is not None
+    assert set(sources) <= learner.sources
+    err = capfd.readouterr().err
+    assert f"replay from a new source {sources[1]}" in err and "ROS_DOMAIN_ID" in err
+    assert err.count(f"replay from a new source {sources[0]}") <= 1  # once per source, not per batch

@@ -111,6 +111,7 @@ class Learner(FinishableNode):
         self.trainer = StreamTrainer(cfg, policy_every=policy_every, hooks=hooks, stop=self._stop)
         self.rejected = {"replay": 0, "demonstration": 0}  # messages that did not decode
         self.duplicates = 0  # replay batches received again (re-sent by a bridge), dropped
+        self.sources: set[int] = set()  # replay sources (bridges) seen by this process
         self.error: BaseException | None = None
         self.demos: dict[int, Episode] = {}
         self._demo_last = 0.0
@@ -273,6 +274,13 @@ class Learner(FinishableNode):
                                    f"consumed already ({self.duplicates} duplicates)",
                                    throttle_duration_sec=LOG_THROTTLE_S)
             return None
+        if batch.source not in self.sources:
+            self.sources.add(batch.source)
+            if len(self.sources) > 1:
+                self.get_logger().warning(
+                    f"replay from a new source {batch.source} ({len(self.sources)} sources): several "
+                    "bridges feed this learner, or another training shares this ROS domain and the "
+                    "two runs mix their data (give each training its own ROS_DOMAIN_ID)")
         return batch
 
     # ------------------------------------------------------------------ outputs
