@@ -246,12 +246,9 @@ def test_learner_rejects_non_finite_data_over_the_topics(tmp_path, ros_domain_id
 def test_learner_refuses_a_run_folder_another_process_trains_in(tmp_path, ros_domain_id, ros_node, capfd):
     """A second trainer on a run folder: the learner logs one line naming the holder and ends, and
     writes nothing of its own there (no checkpoint, journal, config)."""
-    from std_msgs.msg import Float32MultiArray
-    from test_fault_tolerance import resume_learner_spec
+    from test_fault_tolerance import publish_random_demos, resume_learner_spec
 
     from opolo_ros.launch_runner import GraphRunner
-    from opolo_ros.ros import messages as m
-    from opolo_ros.ros.qos import qos_for
     from opolo_ros.ros.runtime import spin_until
     from opolo_ros.train.runlock import RunFolderInUse, RunFolderLock
 
@@ -260,13 +257,7 @@ def test_learner_refuses_a_run_folder_another_process_trains_in(tmp_path, ros_do
     try:
         with GraphRunner([resume_learner_spec(tmp_path / "run")], ros_domain_id) as graph:
             learner = graph.nodes["learner"]
-            node, executor = ros_node("demo_publisher")
-            demo_pub = node.create_publisher(Float32MultiArray, "/opolo/demonstrations",
-                                             qos_for("demonstrations"))
-            both = [executor, graph.executor]
-            assert spin_until(both, lambda: demo_pub.get_subscription_count() > 0, 20.0)
-            for k in range(4):
-                demo_pub.publish(m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k))
+            both = publish_random_demos(ros_node, graph, rng)
             assert spin_until(both, learner.finished.is_set, 60.0)
             assert isinstance(learner.error, RunFolderInUse)
         assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".lock"]

@@ -517,6 +517,20 @@ def resume_learner_spec(run_dir: Path) -> NodeSpec:
     return NodeSpec("learner", "learner", parameters=flatten(params), exit_ends_launch=True)
 
 
+def publish_random_demos(ros_node, graph, rng: np.random.Generator) -> list:
+    """4 random InvertedPendulum-sized demonstrations on /opolo/demonstrations from a node of its own,
+    once the graph's learner listens; the executors to spin (that node's and the graph's)."""
+    from opolo_ros.ros.runtime import spin_until
+
+    node, executor = ros_node("demo_publisher")
+    demo_pub = node.create_publisher(Float32MultiArray, "/opolo/demonstrations", qos_for("demonstrations"))
+    both = [executor, graph.executor]
+    assert spin_until(both, lambda: demo_pub.get_subscription_count() > 0, 20.0)
+    for k in range(4):
+        demo_pub.publish(m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k))
+    return both
+
+
 def replay_batches() -> list[Float32MultiArray]:
     rng = np.random.default_rng(3)
     n = RESUME_TOTAL

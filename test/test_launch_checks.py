@@ -196,25 +196,16 @@ def test_launch_stopped_before_training_claims_no_checkpoint(tmp_path):
 
 @pytest.mark.ros
 def test_learner_node_policy_carries_the_contract_metadata_with_seed(tmp_path, ros_domain_id, ros_node):
-    from std_msgs.msg import Float32MultiArray
-    from test_fault_tolerance import resume_learner_spec
+    from test_fault_tolerance import publish_random_demos, resume_learner_spec
 
     from opolo_ros.export.onnx_policy import load_policy
-    from opolo_ros.ros import messages as m
-    from opolo_ros.ros.qos import qos_for
     from opolo_ros.ros.runtime import spin_until
 
     spec = resume_learner_spec(tmp_path / "run")
     spec.parameters.update(seed=7, time_feature=True)
     rng = np.random.default_rng(0)
     with lr.GraphRunner([spec], ros_domain_id) as graph:
-        node, executor = ros_node("demo_publisher")
-        demo_pub = node.create_publisher(Float32MultiArray, "/opolo/demonstrations",
-                                         qos_for("demonstrations"))
-        both = [executor, graph.executor]
-        assert spin_until(both, lambda: demo_pub.get_subscription_count() > 0, 20.0)
-        for k in range(4):
-            demo_pub.publish(m.demonstration_to_msg(rng.normal(size=(30, 4)), 1.0, k))
+        both = publish_random_demos(ros_node, graph, rng)
         policy = tmp_path / "run" / "policy.onnx"  # the first export, before the first transition
         assert spin_until(both, policy.is_file, 60.0), graph.nodes["learner"].error
     meta = load_policy(policy).metadata
