@@ -35,13 +35,9 @@ ARGUMENTS = [
 ]
 
 
-def expert_time_feature(value: str, model: str) -> bool:
+def expert_time_feature(value: str, model_time_feature: bool) -> bool:
     """The `time_feature` argument: true/false, or auto = the model's `time_feature` metadata."""
-    if value.strip().lower() != "auto":
-        return bool(yaml_value(value))
-    from opolo_ros.export.onnx_policy import load_policy
-
-    return load_policy(model).metadata.time_feature
+    return model_time_feature if value.strip().lower() == "auto" else bool(yaml_value(value))
 
 
 def describe(args: dict) -> list:
@@ -50,12 +46,13 @@ def describe(args: dict) -> list:
     params_file = resolve_path(args["params_file"]) or task_params_file(env)
     model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
     output = args["output"] or f"demos/{env}_seed{seed}"
-    time_feature = expert_time_feature(args["time_feature"], model)
+    from opolo_ros.export.onnx_policy import load_policy
+
+    meta = load_policy(model).metadata
+    time_feature = expert_time_feature(args["time_feature"], meta.time_feature)
     if not env.endswith(".xml"):  # a wrong time_feature would record the watchdog's safe commands
-        from opolo_ros.export.onnx_policy import load_policy
         from opolo_ros.sim.envs import check_policy_fits
 
-        meta = load_policy(model).metadata
         check_policy_fits(model, meta.obs_dim, meta.act_dim, env, time_feature)
     return [
         NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={

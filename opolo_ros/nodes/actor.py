@@ -49,13 +49,12 @@ Policies
     with ``decode_policy_in_loader`` it is taken serialized and the loader thread deserializes it
     instead, right after a control step (no fewer missed periods measured, BENCHMARKS.md). A new
     model is loaded and warmed up in the loader thread, off the control path, then swapped in one
-    assignment. Building an
-    onnxruntime session holds the GIL for about a millisecond, so the loader starts each such
-    step (and each deserialization) right after a control step (the longest gap before the next
-    observation) rather than at a random moment; and when policies are swapped in at once
-    (deploy, or ``swap_delay: -1``), a model with the same graph as an earlier one is not built
-    at all: its weights are copied into an idle session of that graph (``reuse_sessions``,
-    :mod:`~opolo_ros.nodes.session_pool`). A model whose dimensions do not match
+    assignment. Building an onnxruntime session holds the GIL for about a millisecond, so the
+    loader starts each such step (and each deserialization) right after a control step (the
+    longest gap before the next observation) rather than at a random moment; and when policies
+    are swapped in at once (deploy, or ``swap_delay: -1``), a model with the same graph as an
+    earlier one is not built at all: its weights are copied into an idle session of that graph
+    (``reuse_sessions``, :mod:`~opolo_ros.nodes.session_pool`). A model whose dimensions do not match
     (``obs_dim``/``act_dim`` when set, the JointState spec's size, else the current model's) is
     refused with an error and the old one kept. The newest loaded version is announced on
     ``policy_version`` (std_msgs/Int64, transient local) for lock-step bridges that synchronise.
