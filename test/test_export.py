@@ -118,7 +118,7 @@ def test_failed_verification_keeps_previous_model(nets, tmp_path, monkeypatch) -
     kwargs = {"action_low": LOW, "action_high": HIGH}
     export_policy(nets[0], path, metadata={"env_id": "A", "version": 1}, **kwargs)
     monkeypatch.setattr(onnx_policy, "VERIFY_TOL", -1.0)  # nothing can pass
-    with pytest.raises(PolicyExportError, match="differs from PyTorch"):
+    with pytest.raises(PolicyExportError, match="differs from the PyTorch policy"):
         export_policy(nets[0], path, metadata={"env_id": "A", "version": 2}, **kwargs)
     assert load_policy(path).metadata.version == 1
     assert len(list(tmp_path.iterdir())) == 1
@@ -193,9 +193,47 @@ def test_model_without_metadata_is_refused(nets, tmp_path) -> None:
     assert_one_line(exc, "plain.onnx", "missing policy metadata", "env_id")
 
 
+def test_export_allowance_is_the_contract_plus_pytorchs_own_rounding() -> None:
+    half = np.array([2.0, 0.5])
+    exact = np.array([[0.1, -0.2]])
+    onnx_err, pytorch_err = onnx_policy.export_errors(exact + [[2e-5, 0.0]], exact + [[0.0, -1e-6]],
+                                                      exact, half)
+    assert onnx_err == pytest.approx(1e-5) and pytorch_err == pytest.approx(2e-6)
+    assert onnx_policy.export_allowance(0.0) == onnx_policy.VERIFY_TOL
+    assert onnx_policy.export_allowance(pytorch_err) == pytest.approx(1e-5 + 8 * 2e-6)
+
+
+def test_export_check_refuses_an_output_off_by_1e4(nets, tmp_path, monkeypatch) -> None:
+    """A defect of 1e-4 of the half range on a well-conditioned policy is refused (the allowance is
+    about 1e-5 there), and nothing is written."""
+    call = OnnxPolicy.__call__
+    monkeypatch.setattr(OnnxPolicy, "__call__", lambda self, obs: call(self, obs) + 1e-4 * (HIGH - LOW) / 2)
+    with pytest.raises(PolicyExportError, match="allowed: 1e-05 "):
+        export_policy(nets[0], tmp_path / "p.onnx", action_low=LOW, action_high=HIGH, metadata=META)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("seed", "obs_dim", "scale"), [(4, 11, 6.0), (8, 11, 6.0), (11, 105, 6.0)])
+def test_export_check_passes_policies_with_large_activations(tmp_path, seed, obs_dim, scale) -> None:
+    """Weights scaled up like a long-trained policy's: float32 alone (PyTorch or ORT) is then off the
+    exact policy by more than 1e-5 on the verification inputs, and the check must allow for that
+    instead of failing (before, such exports went out unchecked with a warning)."""
+    torch.manual_seed(seed)
+    actor = Actor(obs_dim, 6, (400, 300))
+    with torch.no_grad():
+        for p in actor.parameters():
+            p.mul_(scale)
+    path = export_policy(actor, tmp_path / "p.onnx", action_low=-1.0, action_high=1.0,
+                         metadata={"env_id": "A"})
+    x = onnx_policy.verification_inputs(obs_dim, np.random.default_rng(0))
+    with torch.no_grad():
+        exact = actor.double()(torch.from_numpy(x).double()).numpy()
+    assert np.max(np.abs(load_policy(path)(x) - exact)) < 1e-3
+
+
 def test_training_export_warns_instead_of_failing_on_a_check_miss(tmp_path, monkeypatch):
-    """A float32 kernel difference over the check's tolerance must not end a long training run:
-    the policy is written unchecked and a warning says so; the strict exporter still raises."""
+    """A failed check must not end a long training run: the policy is written unchecked and a
+    warning says so; the strict exporter still raises."""
     torch.manual_seed(0)
     actor = Actor(4, 2, (8,))
     kwargs = {"action_low": -1.0, "action_high": 1.0, "metadata": {"env_id": "Test-v0"}}

@@ -318,8 +318,7 @@ class StreamTrainer:
     def export(self, path: Path) -> Path:
         """Export the policy (checked against PyTorch); version = transitions consumed.
 
-        A policy that misses the exporter's check by float32 kernel differences (seen: 3.6e-5 on
-        actions in [-3, 3] against a 1e-5 tolerance) is still exported, with a warning: an actor
+        A policy that fails the exporter's check is still exported, with a warning: an actor
         waiting for this version must not wait forever.
         """
         kwargs = {"action_low": self.scaler.low, "action_high": self.scaler.high,
