@@ -91,8 +91,8 @@ def table(results: dict[str, dict[str, dict]], at: list[int]) -> str:
 
 
 def spread(env_id: str, variants: list[str], seeds: list[int], run_root: str, after: int) -> list[str]:
-    """Per run: its last evaluation, and the range and mean of its evaluations after `after` steps
-    (the glance table's columns in BENCHMARKS.md)."""
+    """Per run: its last evaluation, the range and mean of its evaluations after `after` steps and
+    the first evaluation at 0.90 or more (the glance table's columns in BENCHMARKS.md)."""
     lines = []
     for variant in variants:
         for seed in seeds:
@@ -106,6 +106,8 @@ def spread(env_id: str, variants: list[str], seeds: list[int], run_root: str, af
             if late:
                 line += (f"; after {after // 1000}k: {min(late):.3f}-{max(late):.3f}, "
                          f"mean {sum(late) / len(late):.3f} ({len(late)})")
+            first = next((int(r["env_step"]) for r in rows if r["normalised"] >= 0.9), None)
+            line += f"; first >= 0.90 at {first}" if first is not None else "; never >= 0.90"
             lines.append(line)
     return lines
 
@@ -149,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", action="store_true",
                    help="run nothing: table and plots from what the run folders hold (runs under way too)")
     p.add_argument("--after", type=int, default=300_000,
-                   help="also print each run's last evaluation and the range and mean of its "
-                        "evaluations after this step")
+                   help="also print each run's last evaluation, the range and mean of its "
+                        "evaluations after this step, and its first evaluation at 0.90 or more")
     args = p.parse_args(argv)
 
     results = {task: run_task(task, args.variants, args.seeds, args.at, args.run_root, args.set,
