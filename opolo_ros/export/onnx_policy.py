@@ -42,8 +42,9 @@ REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "t
 # policy PyTorch's error is ~1e-7, so this is the 1e-5 contract; for a trained policy with large
 # activations float32 itself cannot reach 1e-5 (measured: PyTorch 1.26e-5 off the exact policy of the
 # Ant expert run at 239k steps), and the allowance grows with it. Over 48 random [400, 300] policies
-# (weights x1 to x10, obs_dim 11 to 105) ORT's error was 0.17x to 4.6x PyTorch's; an export defect
-# (a wrong bound, a missing layer, float16 weights) is off by 1e-3 or more.
+# (weights x1 to x10, obs_dim 11 to 105) ORT's error was 0.17x to 4.6x PyTorch's
+# (bench/export_rounding.py); an export defect (a wrong bound, a missing layer, float16 weights) is
+# off by 1e-3 or more.
 VERIFY_TOL = 1e-5
 ROUNDING_FACTOR = 8.0
 
