@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +28,25 @@ def test_terms_sum_to_the_return_and_the_hopper_expert_moves_forward() -> None:
     assert parts["x_travel"] > 1.0 and parts["steps"] > 100
 
 
-def test_bad_episode_count_is_refused() -> None:
+def test_held_time_feature_reaches_the_policy() -> None:
+    """The held value replaces 1 - t/T: a policy that returns its last input shows it."""
+    seen: list[float] = []
+
+    def policy(obs):
+        seen.append(float(obs[0, -1]))
+        return np.zeros((1, 3), np.float32)
+
+    env = make_env("Hopper-v5", time_feature=True)
+    reward_parts.episode_parts(policy, env, seed=0, hold_time_feature=0.25)
+    assert seen and set(seen) == {0.25}
+    seen.clear()
+    reward_parts.episode_parts(policy, env, seed=0)
+    assert seen[0] == 1.0 and seen[1] < 1.0
+
+
+def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="--episodes"):
         reward_parts.main([str(ROOT / "models" / "experts" / "Hopper-v5.onnx"), "--episodes", "0"])
+    with pytest.raises(ValueError, match="takes no time feature"):
+        reward_parts.main([str(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx"),
+                           "--hold-time-feature", "1"])
