@@ -193,24 +193,42 @@ def test_model_without_metadata_is_refused(nets, tmp_path) -> None:
     assert_one_line(exc, "plain.onnx", "missing policy metadata", "env_id")
 
 
-def test_export_allowance_is_the_contract_plus_pytorchs_own_rounding() -> None:
+def test_export_allowance_is_per_input_the_contract_plus_pytorchs_own_rounding() -> None:
     half = np.array([2.0, 0.5])
-    exact = np.array([[0.1, -0.2]])
-    onnx_err, pytorch_err = onnx_policy.export_errors(exact + [[2e-5, 0.0]], exact + [[0.0, -1e-6]],
-                                                      exact, half)
-    assert onnx_err == pytest.approx(1e-5) and pytorch_err == pytest.approx(2e-6)
+    exact = np.array([[0.1, -0.2], [0.3, 0.4]])
+    onnx_err, pytorch_err = onnx_policy.export_errors(
+        exact + [[2e-5, 0.0], [0.0, 0.0]],
+        [exact + [[0.0, -1e-6], [1e-3, 0.0]], exact + [[0.0, 0.0], [0.0, 5e-7]]], exact, half)
+    np.testing.assert_allclose(onnx_err, [1e-5, 0.0])
+    np.testing.assert_allclose(pytorch_err, [2e-6, 5e-4])  # per input, the larger of the two runs
     assert onnx_policy.export_allowance(0.0) == onnx_policy.VERIFY_TOL
-    assert onnx_policy.export_allowance(pytorch_err) == pytest.approx(1e-5 + 8 * 2e-6)
+    assert onnx_policy.export_allowance(2e-6) == pytest.approx(1e-5 + onnx_policy.ROUNDING_FACTOR * 2e-6)
+
+
+def shifted_outputs(monkeypatch, shift: np.ndarray) -> None:
+    """Every ONNX policy's actions moved by `shift`: an export defect."""
+    call = OnnxPolicy.__call__
+    monkeypatch.setattr(OnnxPolicy, "__call__", lambda self, obs: call(self, obs) + shift)
 
 
 def test_export_check_refuses_an_output_off_by_1e4(nets, tmp_path, monkeypatch) -> None:
     """A defect of 1e-4 of the half range on a well-conditioned policy is refused (the allowance is
     about 1e-5 there), and nothing is written."""
-    call = OnnxPolicy.__call__
-    monkeypatch.setattr(OnnxPolicy, "__call__", lambda self, obs: call(self, obs) + 1e-4 * (HIGH - LOW) / 2)
+    shifted_outputs(monkeypatch, 1e-4 * (HIGH - LOW) / 2)
     with pytest.raises(PolicyExportError, match="allowed: 1e-05 "):
         export_policy(nets[0], tmp_path / "p.onnx", action_low=LOW, action_high=HIGH, metadata=META)
     assert not list(tmp_path.iterdir())
+
+
+def test_huge_inputs_do_not_widen_the_allowance_of_typical_ones(tmp_path, monkeypatch) -> None:
+    """A fresh [400, 300] policy on 105 inputs: PyTorch's float32 error is ~4e-5 on the saturating
+    1e4 inputs but ~1e-7 on typical ones, so a 1e-4 defect is still refused (the allowance is per
+    input; taken over all inputs at once it would have been 3.5e-4)."""
+    torch.manual_seed(3)
+    actor = Actor(105, 6, (400, 300))
+    shifted_outputs(monkeypatch, np.full(6, 1e-4, np.float32))
+    with pytest.raises(PolicyExportError):
+        export_policy(actor, tmp_path / "p.onnx", action_low=-1.0, action_high=1.0, metadata={"env_id": "A"})
 
 
 @pytest.mark.parametrize(("seed", "obs_dim", "scale"), [(4, 11, 6.0), (8, 11, 6.0), (11, 105, 6.0)])
