@@ -66,12 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     env = make_env(meta.env_id, time_feature=meta.time_feature)
     print(f"{args.model}: {meta.env_id}, training step {meta.training_step}")
     returns = []
-    for k in range(args.episodes):
-        parts = episode_parts(policy, env, args.seed + k, args.hold_time_feature)
-        returns.append(parts["return"])
-        print(f"seed {args.seed + k}: " + ", ".join(f"{key} {value:.2f}" for key, value in parts.items()))
+    try:
+        for k in range(args.episodes):
+            parts = episode_parts(policy, env, args.seed + k, args.hold_time_feature)
+            returns.append(parts["return"])
+            print(f"seed {args.seed + k}: " + ", ".join(f"{key} {value:.2f}" for key, value in parts.items()))
+    finally:
+        env.close()
     print(f"return {np.mean(returns):.1f} +- {np.std(returns):.1f} over {len(returns)} episodes")
-    env.close()
     return 0
 
 

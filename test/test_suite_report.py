@@ -20,7 +20,10 @@ def test_report_reads_the_logs_and_copies_them_next_to_the_plot(tmp_path: Path, 
     for step, score in ((5000, 0.5), (10000, 0.9), (15000, 0.97)):
         log.evaluation({"env_step": step, "return_mean": 1000 * score, "return_std": 1.0,
                         "normalised": score, "wall_s": step / 100})
-    argv = ["--tasks", "InvertedPendulum-v5", "--variants", "opolo", "opolo-x", "--seeds", "0",
+    low = RunLogger(runs / "InvertedPendulum-v5_opolo_seed1", tensorboard=False)
+    low.evaluation({"env_step": 5000, "return_mean": 300.0, "return_std": 1.0, "normalised": 0.3,
+                    "wall_s": 50.0})
+    argv = ["--tasks", "InvertedPendulum-v5", "--variants", "opolo", "opolo-x", "--seeds", "0", "1",
             "--at", "10000", "20000", "--report", "--run-root", str(runs), "--plots", str(plots),
             "--out", str(tmp_path / "suite.json"), "--after", "5000"]
     assert suite.main(argv) == 0
@@ -29,6 +32,7 @@ def test_report_reads_the_logs_and_copies_them_next_to_the_plot(tmp_path: Path, 
     assert "| InvertedPendulum-v5 | opolo-x | - | - |" in out
     assert ("InvertedPendulum-v5 opolo seed 0: last 0.970 at 15000; after 5k: 0.900-0.970, "
             "mean 0.935 (2); first >= 0.90 at 10000") in out
+    assert "InvertedPendulum-v5 opolo seed 1: last 0.300 at 5000; never >= 0.90" in out
     cells = json.loads((tmp_path / "suite.json").read_text())["results"]["InvertedPendulum-v5"]
     assert list(cells["opolo"]["0"]) == ["10000"] and cells["opolo-x"]["0"] == {}
     assert (plots / "InvertedPendulum-v5.png").stat().st_size > 1000
