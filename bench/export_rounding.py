@@ -54,10 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                     onnx_policy.export_policy(actor, path, verify=False, **kwargs)
                     check, _ = "REFUSED", refused.append((seed, obs_dim, scale))
                 x = onnx_policy.verification_inputs(obs_dim, np.random.default_rng(0))
-                xt = torch.from_numpy(x)
-                with torch.no_grad():
-                    runs = [actor(xt).numpy(), torch.cat([actor(xt[i:i + 1]) for i in range(len(x))]).numpy()]
-                    exact = actor.double()(xt.double()).numpy()
+                runs, exact = onnx_policy.pytorch_evaluations(actor, x)
                 got = onnx_policy.load_policy(path)(x)
                 onnx_err, pytorch_err = onnx_policy.export_errors(got, runs, exact, np.ones(6))
                 rows = pytorch_err > 1e-6

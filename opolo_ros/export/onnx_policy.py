@@ -471,23 +471,28 @@ def export_allowance(pytorch_err: np.ndarray | float) -> np.ndarray | float:
     return VERIFY_TOL + ROUNDING_FACTOR * pytorch_err
 
 
-def _check_export(policy: OnnxPolicy, graph: torch.nn.Module, obs_dim: int, low: np.ndarray,
-                  high: np.ndarray, path: str | os.PathLike[str]) -> None:
-    """Raise PolicyExportError unless `policy` reproduces `graph` on the verification inputs.
-
-    PyTorch's float32 rounding is sampled twice, batched and row by row (different GEMM paths):
-    one evaluation can land close to the exact value by chance and understate it."""
+def pytorch_evaluations(graph: torch.nn.Module, x: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """`graph` on the float32 inputs `x` in float32, batched and row by row (different GEMM paths:
+    PyTorch's rounding sampled twice, as one evaluation can land close to the exact value by chance),
+    and in float64 (on a copy: `graph` is left as it is)."""
     import copy
 
     import torch
 
-    x = verification_inputs(obs_dim, np.random.default_rng(0))
     xt = torch.from_numpy(x)
     with torch.no_grad():
         batched = graph(xt).numpy()
         single = torch.cat([graph(xt[i:i + 1]) for i in range(len(x))]).numpy()
         exact = copy.deepcopy(graph).double()(xt.double()).numpy()
-    onnx_err, pytorch_err = export_errors(policy(x), [batched, single], exact, 0.5 * (high - low))
+    return [batched, single], exact
+
+
+def _check_export(policy: OnnxPolicy, graph: torch.nn.Module, obs_dim: int, low: np.ndarray,
+                  high: np.ndarray, path: str | os.PathLike[str]) -> None:
+    """Raise PolicyExportError unless `policy` reproduces `graph` on the verification inputs."""
+    x = verification_inputs(obs_dim, np.random.default_rng(0))
+    runs, exact = pytorch_evaluations(graph, x)
+    onnx_err, pytorch_err = export_errors(policy(x), runs, exact, 0.5 * (high - low))
     allowed = export_allowance(pytorch_err)
     worst = int(np.argmax(onnx_err - allowed))
     if onnx_err[worst] > allowed[worst]:
