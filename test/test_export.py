@@ -223,7 +223,8 @@ def test_export_check_refuses_an_output_off_by_1e4(nets, tmp_path, monkeypatch) 
 def test_huge_inputs_do_not_widen_the_allowance_of_typical_ones(tmp_path, monkeypatch) -> None:
     """A fresh [400, 300] policy on 105 inputs: PyTorch's float32 error is ~4e-5 on the saturating
     1e4 inputs but ~1e-7 on typical ones, so a 1e-4 defect is still refused (the allowance is per
-    input; taken over all inputs at once it would have been 3.5e-4)."""
+    input; taken over all inputs at once, as in this check's first version with factor 8, it was
+    3.5e-4)."""
     torch.manual_seed(3)
     actor = Actor(105, 6, (400, 300))
     shifted_outputs(monkeypatch, np.full(6, 1e-4, np.float32))
