@@ -216,19 +216,21 @@ def realtime_mjcf_graph(tmp_path: Path, mjcf: str) -> list[NodeSpec]:
 def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain_id):
     """Any MJCF file, stepped on a wall-clock timer; a deploy actor reads /joint_states at 50 Hz.
 
-    The sim runs at 100 Hz and holds the newest command between two (zero-order hold).
+    The sim runs at 100 Hz and holds the newest command between two (zero-order hold); the bridge
+    counts the steps that found no new command (``held``).
     """
     with GraphRunner(realtime_mjcf_graph(tmp_path, MJCF), ros_domain_id) as graph:
         bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
         start = time.monotonic()
         assert graph.spin_until(lambda: time.monotonic() - start > 2.0 and actor.actions > 20, timeout_s=10.0)
         elapsed = time.monotonic() - start
-        steps, actions = bridge.steps, actor.actions
+        steps, actions, held = bridge.steps, actor.actions, bridge.held
         applied = bridge._latest_action.copy()
         angle = float(bridge.env.unwrapped.data.qpos[0])
     assert bridge.joint_names == ["hinge"] and bridge.obs_dim == 2 and bridge.act_dim == 1
     assert 0.3 * 100 * elapsed < steps < 1.3 * 100 * elapsed  # wall-clock paced (a loaded machine)
     assert steps > actions  # 100 Hz sim, 50 Hz commands: the newest command is held in between
+    assert 0.3 * steps < held < 0.85 * steps, (held, steps)  # about every other step: no new command
     np.testing.assert_allclose(applied, [0.5], rtol=1e-6)  # 0.25 in [-1, 1] units of [-2, 2]
     assert abs(angle) > 1e-3  # the motor turned the pole
 

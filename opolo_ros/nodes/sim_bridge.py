@@ -40,7 +40,10 @@ Real time (``mode: realtime``)
     A wall-clock timer steps the simulation at ``rate_hz`` (default: the task's control rate),
     applying the newest action received (zero-order hold, zeros before the first), as a robot
     would. No flow control: a real robot cannot wait for a learner. ``time_scale`` > 1 runs the
-    timer that much faster than real time (60 s of simulated time in 6 s with 10), for tests.
+    timer that much faster than real time (60 s of simulated time in 30 s with 2), for tests.
+    ``held`` counts the steps, after the first command, that found no new command since the
+    previous step (a controller meant to answer every step missed its deadline), logged at most
+    every ``report_period_s``.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ PARAMETERS: dict[str, tuple] = {
     "policy_version_topic": ("policy_version", "the actor's active policy version (std_msgs/Int64)"),
     "episode_return_topic": ("episode_return", "environment return of each finished episode "
                                                "(std_msgs/Float64, monitoring only)"),
-    "report_period_s": (30.0, "log the recent episode returns at most this often"),
+    "report_period_s": (30.0, "log the recent episode returns (and, in real time, the held steps) "
+                              "at most this often"),
     "learner_timeout_s": (3.0, "flow control: learner progress silent this long = the learner is gone; "
                                "unacknowledged replay batches are re-sent when it returns"),
 }
@@ -132,6 +136,7 @@ class SimBridge(FinishableNode):
         self.republished = 0
         self.waits = 0  # times the bridge had to wait for the learner
         self.resent = 0  # replay batches published again for a restarted learner
+        self.held = 0  # realtime: steps after the first command that got no new one (missed deadline)
         self._unacked: deque[tuple[int, Float32MultiArray]] = deque()  # (seq, msg), flow control only
         self._last_progress = time.monotonic()
         self.started = False
@@ -142,6 +147,8 @@ class SimBridge(FinishableNode):
         self._last_obs_pub = 0.0
         self._dup_guard: bytes | None = None
         self._latest_action = np.zeros(self.act_dim)
+        self._fresh_action = False  # realtime: a command arrived since the last step
+        self._commanded = False  # realtime: any command arrived yet
         self._returns: list[float] = []
         self._last_report = time.monotonic()
 
@@ -206,6 +213,7 @@ class SimBridge(FinishableNode):
             return
         if self.mode == "realtime":
             self._latest_action = action
+            self._fresh_action = self._commanded = True
             return
         if not self._waiting_action:
             return  # a duplicate answer to an observation already stepped
@@ -381,6 +389,11 @@ class SimBridge(FinishableNode):
             if not self.ready():
                 return
             self.started = True
+        if self._commanded and not self._fresh_action:
+            self.held += 1
+            self.get_logger().info(f"{self.held} of {self.steps} steps found no new command (held the "
+                                   "previous one)", throttle_duration_sec=self.report_period)
+        self._fresh_action = False
         self._step(self._latest_action)
         self._publish_observation()
 
