@@ -4,14 +4,18 @@ Times each part of the learner (critic + policy `train_step`, D step, P_I step, 
 sampling) in CPU time of this process (less sensitive to other jobs on a shared machine than wall
 time), then prints the top of cProfile and of torch.profiler for `train_step`. Variants given with
 `--variant name:key=value,key=value` (keys of OPOLOConfig, e.g. `net.fused_adam=false`) are timed
-side by side, interleaved, so their ratio is meaningful even under background load.
+side by side, interleaved, so their ratio is meaningful even under background load. The key
+`autocast=bfloat16` is not a config key: it runs each update under `torch.autocast("cpu", bfloat16)`
+(oneDNN's AMX/AVX-512 bf16 GEMMs where the CPU has them), a probe, not a learner option.
 
     .venv/bin/python bench/profile_update.py --variant fused: --variant foreach:net.fused_adam=false
+    .venv/bin/python bench/profile_update.py --variant fp32: --variant bf16:autocast=bfloat16
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import pstats
@@ -48,6 +52,10 @@ class Setup:
     def __init__(self, name: str, overrides: dict, seed: int = 0) -> None:
         self.name = name
         torch.manual_seed(seed)
+        overrides = dict(overrides)
+        dtype = overrides.pop("autocast", None)
+        self.context = (contextlib.nullcontext if dtype is None else
+                        lambda: torch.autocast("cpu", dtype=getattr(torch, dtype)))
         cfg = update_dataclass(OPOLOConfig(), overrides)
         self.learner = OPOLOLearner(OBS, ACT, cfg)
         rng = np.random.default_rng(seed)
@@ -61,15 +69,18 @@ class Setup:
     def train_steps(self, n: int) -> None:
         lrn, rb, ex = self.learner, self.replay, self.experts
         for _ in range(n):
-            lrn.train_step(rb.sample(BATCH), ex.sample(BATCH), POLICY_DELAY)
+            with self.context():  # per update: autocast's weight-cast cache lives until the exit
+                lrn.train_step(rb.sample(BATCH), ex.sample(BATCH), POLICY_DELAY)
 
     def disc_steps(self, n: int) -> None:
         for _ in range(n):
-            self.learner.update_discriminator(self.replay.sample(BATCH), self.experts.sample(BATCH))
+            with self.context():
+                self.learner.update_discriminator(self.replay.sample(BATCH), self.experts.sample(BATCH))
 
     def inverse_steps(self, n: int) -> None:
         for _ in range(n):
-            self.learner.update_inverse(self.replay.sample(BATCH))
+            with self.context():
+                self.learner.update_inverse(self.replay.sample(BATCH))
 
     def sampling(self, n: int) -> None:
         for _ in range(n):
