@@ -8,6 +8,7 @@ Every process a test starts is stopped (by PID) when the test ends, also on fail
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -112,6 +113,47 @@ def children_of(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
     return out
+
+
+def survivors(pids: list[int]) -> list[int]:
+    """The ones of `pids` still running (an orphan is re-parented, not gone; a zombie is gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def test_the_left_running_check_finds_an_orphaned_child():
+    """The signal tests' "nothing left running" check, on a parent that leaves a child behind:
+    the nodes start no child processes today, so this shows the check would catch one."""
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+                               "print('started', flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    children: list[int] = []
+    try:
+        assert parent.stdout.readline().strip() == "started"
+        children = children_of(parent.pid)
+        assert len(children) == 1
+        parent.terminate()
+        parent.wait(timeout=10)
+        assert survivors(children) == children  # the orphan runs on
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        parent.kill()
+        parent.wait(timeout=10)
+        parent.stdout.close()
+    deadline = time.monotonic() + 5
+    while survivors(children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert survivors(children) == []
 
 
 @pytest.fixture
@@ -446,7 +488,7 @@ def test_node_stops_within_2s_on_signal(signal_targets, kind, signame):
     print(f"{kind} {signame}: exit {proc.proc.returncode} after {elapsed:.2f} s")
     assert proc.proc.returncode == 0 and "Traceback" not in output, output[-3000:]
     assert elapsed < EXIT_LIMIT_S, f"{kind} took {elapsed:.2f} s to exit on {signame}"
-    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert survivors(children) == []
     if kind == "learner":
         state = load_checkpoint(signal_targets.tmp / signame.lower() / "run" / "checkpoint.pt")
         assert state["step"] == WARMUP and 0 < state["pending"]["critic"] < BURST, state["pending"]
@@ -484,7 +526,7 @@ def test_launch_stops_within_2s_on_signal(tmp_path, demos, ros_domain_id, signam
     assert proc.returncode == 130 and "Traceback" not in text, text[-3000:]
     assert elapsed < EXIT_LIMIT_S, f"took {elapsed:.2f} s"
     assert "checkpoint written" in text and (run / "checkpoint.pt").is_file()
-    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert survivors(children) == []
 
 
 # ------------------------------------------------------------------------------ in one process
