@@ -8,12 +8,17 @@
         params_file:=config/deploy_inverted_pendulum.yaml observation_topic:=/joint_states \
         action_topic:=/forward_effort_controller/commands
 
+    ros2 launch opolo_ros deploy.launch.py model:=models/experts/Hopper-v5.onnx \
+        observation_topic:=/hopper/state time_feature_clock:=1000
+
 The JointState observation is ``joints`` x ``joint_fields`` (default: the positions of the joints,
 then their velocities) and must be the model's whole input, ``obs_dim`` values: InvertedPendulum's
-is qpos then qvel of (slider, hinge), 4 values. The actor refuses to start otherwise. A task whose
-observation is not of this form (Hopper-v5: qpos[1:], 5 values, and qvel, 6) or a policy trained
-with ``time_feature: true`` (its last input is 1 - t/T) needs Float32MultiArray observations that
-hold the whole input, in the policy's order.
+is qpos then qvel of (slider, hinge), 4 values. The actor refuses to start otherwise. A policy
+trained with ``time_feature: true`` (its last input is 1 - t/T: Hopper, HalfCheetah, Walker2d and
+Ant here) gets that input from the actor's clock with ``time_feature_clock:=T`` (the training
+episode length, 1000 for the Gymnasium tasks); the observation then holds the other values. A task
+whose observation is not of the JointState form (Hopper-v5: qpos[1:], 5 values, and qvel, 6) needs
+Float32MultiArray observations in the policy's order.
 
 Deterministic policy, commands clamped to the model's bounds (or ``action_low``/``action_high``)
 and optionally rate limited, published at ``rate_hz`` from the newest observation in the
@@ -22,9 +27,9 @@ ros2_control convention (std_msgs/Float64MultiArray, reliable QoS as
 counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
 
-Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos`` and
-``watch_model``) take the value of ``params_file`` (its ``actor`` section), else the default each
-description names; given, they override the file.
+Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos``,
+``watch_model`` and ``time_feature_clock``) take the value of ``params_file`` (its ``actor``
+section), else the default each description names; given, they override the file.
 List values are comma-separated (``safe_command:=0.0,0.0``).
 """
 
@@ -37,6 +42,9 @@ ARGUMENTS = [
     LaunchArg("action_topic", "action", "the robot's command topic (remap target of 'action')"),
     LaunchArg("joints", "", "comma-separated joint names: read sensor_msgs/JointState in this order "
                             "(positions, then velocities); empty = Float32MultiArray observations"),
+    LaunchArg("time_feature_clock", "", "T > 0: the actor appends the time feature 1 - t/T (a policy "
+                                        "trained with time_feature: true); empty = the params "
+                                        "file, else 0 (off)"),
     LaunchArg("rate_hz", "", "command rate; 0 = one command per observation; empty = the params "
                              "file, else 50"),
     LaunchArg("command_qos", "", "reliable (ros2_control) or best_effort (the sim bridge); empty = "
@@ -94,8 +102,9 @@ def _given(args: dict) -> dict:
         out["watch_model"] = args["watch_model"].lower() in ("true", "1", "yes")
     if args["cpu_affinity"]:
         out["cpu_affinity"] = _numbers(args["cpu_affinity"], int)
-    if args["sched_priority"]:
-        out["sched_priority"] = int(args["sched_priority"])
+    for name in ("sched_priority", "time_feature_clock"):
+        if args[name]:
+            out[name] = int(args[name])
     return out
 
 

@@ -230,7 +230,8 @@ def test_joint_state_spec_that_does_not_fit_the_model_is_refused_at_start_up(tmp
         expect = r"give 2 values \(1 joints x 2 fields: position, velocity\), the policy .* has obs_dim 4$"
     else:  # InvertedPendulum trained with the time feature: 4 joint values + 1 - t/T
         model, joints = onnx_policy(tmp_path / "p.onnx", [0.0] * 5, obs_dim=5, time_feature=True), JOINTS
-        expect = r"give 4 values .* obs_dim 5; it was trained with time_feature: true.*\(1 - t/T\)"
+        expect = (r"give 4 values .* obs_dim 5; it was trained with time_feature: true, so its last "
+                  r"input is 1 - t/T: set time_feature_clock to the training episode length")
     spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model),
                                                   "subscribe_policy": False, "joints": joints})
     with pytest.raises(ParameterError, match=expect) as err:
@@ -238,6 +239,79 @@ def test_joint_state_spec_that_does_not_fit_the_model_is_refused_at_start_up(tmp
     assert "\n" not in str(err.value)
     with pytest.raises(ParameterError, match="parameter 'obs_dim' is 6"):
         GraphRunner([dataclasses.replace(spec, parameters={**spec.parameters, "obs_dim": 6})], ros_domain_id)
+
+
+@pytest.mark.parametrize("as_joint_state", [False, True], ids=["Float32MultiArray", "JointState"])
+def test_time_feature_clock_appends_1_minus_t_over_T_and_restarts_after_the_watchdog(
+        tmp_path, ros_domain_id, ros_node, as_joint_state):
+    """A policy trained with the time feature, fed 4-value observations: the actor appends
+    1 - t/T (T = 4 here), t counting its commands and starting again after T; after the watchdog
+    the clock starts from 1.0 again. The policy outputs 3 x its last input."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4 + [1.0], obs_dim=5, time_feature=True)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, as_joint_state, time_feature_clock=4,
+                       observation_timeout_s=0.3, safe_command=[-0.5], watchdog_rate_hz=50.0)
+    with graph:
+        actor = rig.actor
+        spy = Spy(actor.current.runner)
+        actor.current = dataclasses.replace(actor.current, runner=spy)
+        for k in range(6):
+            rig.send(good_message(GOOD[k % 2], as_joint_state))
+        first = [v for _, v in rig.commands if v != pytest.approx(-0.5)]
+        assert rig.spin_until(lambda: actor.stale, 3.0)  # silence: the watchdog takes over
+        rig.send(good_message(GOOD[0], as_joint_state))
+        rig.send(good_message(GOOD[1], as_joint_state))
+        again = [v for _, v in rig.commands[-2:]]
+    assert first == pytest.approx([3.0, 2.25, 1.5, 0.75, 3.0, 2.25])
+    assert again == pytest.approx([3.0, 2.25])  # the clock restarted
+    assert len(spy.inputs) == 8 and all(x.shape == (5,) for x in spy.inputs)
+    for k, x in enumerate(spy.inputs[:6]):
+        np.testing.assert_array_equal(x[:4], GOOD[k % 2])  # the observation, then the clock
+    assert actor.rejected_observations == 0 and actor.stale_events >= 1
+
+
+@pytest.mark.parametrize("case", ["no time feature", "train mode", "negative"])
+def test_time_feature_clock_that_cannot_apply_is_refused_at_start_up(tmp_path, ros_domain_id, case):
+    from opolo_ros.nodes.common import ParameterError
+
+    time_feature = case != "no time feature"
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 5, obs_dim=5, time_feature=time_feature)
+    params = {"mode": "deploy", "model": str(model), "subscribe_policy": False,
+              "time_feature_clock": -1 if case == "negative" else 1000}
+    expect = {"no time feature": r"time_feature_clock is 1000, but the policy .* was trained without",
+              "train mode": r"'time_feature_clock' is for deploy mode",
+              "negative": r"'time_feature_clock' must be >= 0, got -1"}[case]
+    if case == "train mode":
+        params["mode"] = "train"
+    with pytest.raises(ParameterError, match=expect) as err:
+        GraphRunner([NodeSpec("actor", "actor", parameters=params)], ros_domain_id)
+    assert "\n" not in str(err.value)
+
+
+def test_joint_state_spec_with_the_clock_fits_the_time_feature_model(tmp_path, ros_domain_id):
+    """4 joint values + the clock = the model's 5 inputs; 4 values + the clock against a
+    4-input model is refused with the clock named."""
+    from opolo_ros.nodes.common import ParameterError
+
+    model5 = onnx_policy(tmp_path / "p5.onnx", [0.0] * 5, obs_dim=5, time_feature=True)
+    params = {"mode": "deploy", "subscribe_policy": False, "joints": JOINTS, "time_feature_clock": 1000}
+    with GraphRunner([NodeSpec("actor", "actor", parameters={**params, "model": str(model5)})],
+                     ros_domain_id) as graph:
+        assert graph.nodes["actor"].current.metadata.obs_dim == 5
+    model4 = marked_time_feature(onnx_policy(tmp_path / "p4.onnx", [0.0] * 4))
+    with pytest.raises(ParameterError, match=r"give 4 values .* \+ the clock's time feature, the policy"):
+        GraphRunner([NodeSpec("actor", "actor", parameters={**params, "model": str(model4)})], ros_domain_id)
+
+
+def marked_time_feature(path: Path) -> Path:
+    """The same ONNX model, its metadata saying it was trained with the time feature."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for prop in model.metadata_props:
+        if prop.key == "time_feature":
+            prop.value = "1"
+    onnx.save(model, str(path))
+    return path
 
 
 @pytest.mark.parametrize("rate_hz", [0.0, 50.0], ids=["per-observation", "fixed-rate"])

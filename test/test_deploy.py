@@ -147,3 +147,39 @@ def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_dom
     assert rejected == 0 and safe == 0
     assert abs(angle) < 0.2 and np.isfinite(angle)
     assert wall < SIM_SECONDS / TIME_SCALE * 1.5, f"{wall:.1f} s of wall-clock time: the timer lags"
+
+
+def test_hopper_expert_deployed_with_the_actors_time_feature_clock_matches_its_direct_rollout(ros_domain_id):
+    """The shipped Hopper expert was trained with the time feature; the bridge here publishes the
+    plain 11-value observation and the deploy actor appends 1 - t/1000 itself
+    (``time_feature_clock:=1000``). Lock-step, so the episode is the one the direct rollout of the
+    same ONNX model in the time-feature env takes from the same reset: equal returns, not only
+    expert-level ones (held at 1.0 instead, the feature costs this expert 3083 -> 2710 on average,
+    README)."""
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.envs import make_env
+
+    hopper, seed = ROOT / "models" / "experts" / "Hopper-v5.onnx", 3
+    policy = load_policy(hopper)
+    env = make_env("Hopper-v5", time_feature=True)
+    obs, _ = env.reset(seed=seed)
+    direct, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(policy(obs))
+        direct, done = direct + float(reward), terminated or truncated
+    bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": "Hopper-v5", "seed": seed, "publish_replay": False, "action_timeout_s": 1.0})
+    actor_spec = deploy_actor(model=str(hopper), observation_topic="/observation", action_topic="/action",
+                              rate_hz="0", time_feature_clock="1000", observation_timeout_s="5.0")
+    # The session pool's graph (weights as inputs) rounds some actions differently in the last
+    # float32 bit (-0.74068725 against -0.74068713 on the first step here), which the hopping
+    # dynamics grow to 0.2 % of the return over 1000 steps: the actor's own session for an exact match.
+    actor_spec.parameters["reuse_sessions"] = False
+    with GraphRunner([bridge_spec, actor_spec], ros_domain_id) as graph:
+        bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
+        assert graph.spin_until(lambda: bridge.episodes >= 1, timeout_s=120.0), bridge.steps
+        returns, republished, steps = list(bridge._returns), bridge.republished, actor.actions
+    print(f"direct {direct:.2f}, deployed {returns[0]:.2f}; {steps} commands, {republished} re-requests")
+    assert bridge.obs_dim == 11 and actor.current.metadata.obs_dim == 12
+    assert returns[0] == pytest.approx(direct, rel=1e-6), (returns[0], direct, republished)
+    assert direct > 3000

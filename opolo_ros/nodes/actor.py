@@ -21,10 +21,13 @@ Deploy safety
       JointState missing a joint of the spec, or whose spec, ``joints`` x ``joint_fields``, does
       not give the model's ``obs_dim``) is dropped before the model sees it, counted in
       ``rejected_observations`` (also published on ``rejected_topic``, std_msgs/Int64) and logged,
-      throttled to one line per 5 s. The actor adds nothing to an observation: a model trained
-      with ``time_feature: true`` expects its last input, 1 - t/T, in the observation, which a
-      JointState cannot hold. So a spec that does not give the model's ``obs_dim`` is refused at
-      start-up (ParameterError, one line), and a policy of another size is refused when loaded.
+      throttled to one line per 5 s. A model trained with ``time_feature: true`` expects its last
+      input, 1 - t/T, which a JointState cannot hold: with ``time_feature_clock`` T > 0 the actor
+      appends it from its own clock (t counts its commands, 0..T-1, then starts again; it
+      restarts when observations return after the watchdog), and the input holds the other
+      ``obs_dim`` - 1 values; without it, the input must hold all ``obs_dim``. A spec that does
+      not give the model's input (or a clock for a model trained without the feature) is refused
+      at start-up (ParameterError, one line), and a policy of another size is refused when loaded.
     - Watchdog: when no valid observation came for ``observation_timeout_s``, the actor publishes
       ``safe_command`` (zeros by default) at ``rate_hz`` (or ``watchdog_rate_hz`` when commands go
       out per observation), logs it once, and goes back to policy commands with the next valid
@@ -150,9 +153,10 @@ class Actor(FinishableNode):
         self._command: CommandBuffer | None = None
         self._spec = (m.ObservationSpec(tuple(p["joints"]), tuple(p["joint_fields"]))
                       if p["joints"] else None)
-        if self._spec is not None and self.obs_dim and self._spec.obs_dim != self.obs_dim:
-            raise ParameterError(f"joints x joint_fields give {self._spec.describe_size()}, "
-                                 f"parameter 'obs_dim' is {self.obs_dim}")
+        if self._spec is not None and self.obs_dim and self._spec.obs_dim + self._extra != self.obs_dim:
+            raise ParameterError(f"joints x joint_fields give {self._spec.describe_size()}"
+                                 + (" + the clock's time feature" if self._extra else "")
+                                 + f", parameter 'obs_dim' is {self.obs_dim}")
 
         self.newest_version = -1
         self._requests: queue.Queue[tuple[bytes | str | SerializedPolicy, int | None]] = queue.Queue()
@@ -168,7 +172,7 @@ class Actor(FinishableNode):
             # The first model loads synchronously: a deploy actor must not start without it.
             self._model_mtime = self._mtime()
             first = self._load(str(self._model_path), None, self.obs_dim, self.act_dim)
-            mismatch = self._spec_mismatch(first.metadata, first.origin)
+            mismatch = self._input_mismatch(first.metadata, first.origin)
             if mismatch:
                 raise ParameterError(mismatch)
             self._install(first)
@@ -206,6 +210,15 @@ class Actor(FinishableNode):
         self.swap_delay = p["swap_delay"] if p["mode"] == "train" else -1
         self.noise = p["exploration_noise"]
         self.rate_hz = p["rate_hz"]
+        self.clock_steps = p["time_feature_clock"]
+        if self.clock_steps < 0:
+            raise ParameterError(f"parameter 'time_feature_clock' must be >= 0, got {self.clock_steps}")
+        if self.clock_steps and p["mode"] != "deploy":
+            raise ParameterError("parameter 'time_feature_clock' is for deploy mode (in training the "
+                                 "sim bridge's observation holds the time feature)")
+        self._extra = 1 if self.clock_steps else 0  # policy inputs the actor adds (the clock's)
+        self._clock_t = 0
+        self._clocked: np.ndarray | None = None  # observation + time feature, reused
         self.obs_timeout = p["observation_timeout_s"]
         self.max_action_rate = p["max_action_rate"]
         self.executor_kind = p["executor"]
@@ -284,7 +297,7 @@ class Actor(FinishableNode):
             if version is not None and version <= self.newest_version and not isinstance(source, str):
                 continue  # an older policy (e.g. a transient-local replay of one already loaded)
             reference = self.current or (self._staged[-1] if self._staged else None)
-            obs_dim = (self.obs_dim or (self._spec.obs_dim if self._spec is not None else None)
+            obs_dim = (self.obs_dim or (self._spec.obs_dim + self._extra if self._spec is not None else None)
                        or (reference.metadata.obs_dim if reference else None))
             act_dim = self.act_dim or (reference.metadata.act_dim if reference else None)
             try:
@@ -295,21 +308,23 @@ class Actor(FinishableNode):
                 kept = f"version {reference.version}" if reference else "none"
                 self.get_logger().error(f"policy refused, keeping {kept}: {err}")
 
-    def _spec_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
-        """Why a JointState observation cannot feed this model (its size), or None when it can.
-
-        The actor gives the model the observation as it came: like a Float32MultiArray one, a
-        JointState one must hold all ``obs_dim`` inputs, the time feature included.
-        """
+    def _input_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
+        """Why the observations cannot feed this model, or None when they can: a clock for a model
+        trained without the time feature, or a JointState spec of the wrong size (it must give all
+        ``obs_dim`` inputs, the time feature included, unless the clock adds that)."""
+        if self._extra and not meta.time_feature:
+            return (f"time_feature_clock is {self.clock_steps}, but the policy {origin} was trained "
+                    "without the time feature: set time_feature_clock to 0")
         spec = self._spec
-        if spec is None or spec.obs_dim == meta.obs_dim:
+        if spec is None or spec.obs_dim + self._extra == meta.obs_dim:
             return None
-        text = (f"joints x joint_fields give {spec.describe_size()}, the policy {origin} has "
-                f"obs_dim {meta.obs_dim}")
-        if meta.time_feature:
-            text += ("; it was trained with time_feature: true, so it expects one extra input "
-                     "(1 - t/T) that a JointState stream cannot provide: deploy a policy trained "
-                     "without it, or publish Float32MultiArray observations that end with it")
+        text = (f"joints x joint_fields give {spec.describe_size()}"
+                + (" + the clock's time feature" if self._extra else "")
+                + f", the policy {origin} has obs_dim {meta.obs_dim}")
+        if meta.time_feature and not self._extra and spec.obs_dim + 1 == meta.obs_dim:
+            text += ("; it was trained with time_feature: true, so its last input is 1 - t/T: set "
+                     "time_feature_clock to the training episode length (1000 for the Gymnasium "
+                     "MuJoCo tasks) and the actor appends it")
         return text
 
     def _load(self, source: bytes | str, version: int | None, obs_dim: int | None, act_dim: int | None,
@@ -437,8 +452,10 @@ class Actor(FinishableNode):
                                   throttle_duration_sec=LOG_THROTTLE_S)
 
     def _expected_obs_dim(self) -> int | None:
+        """Values an observation message must hold: the model's input less what the clock adds."""
         current = self.current
-        return self.obs_dim or (current.metadata.obs_dim if current else None)
+        dim = self.obs_dim or (current.metadata.obs_dim if current else None)
+        return dim - self._extra if dim else None
 
     def _handle(self, obs: np.ndarray, seq: int | None, start: int) -> None:
         now = time.monotonic()
@@ -466,7 +483,7 @@ class Actor(FinishableNode):
         if latest is None:
             return
         current = self.current
-        if current is not None and latest.shape[0] != current.metadata.obs_dim:
+        if current is not None and latest.shape[0] + self._extra != current.metadata.obs_dim:
             self._latest_obs = None  # checked against a policy of another input size: not for this one
             return
         if self.mode == "train":
@@ -500,7 +517,19 @@ class Actor(FinishableNode):
 
     def _recover(self) -> None:
         self.stale = False
-        self.get_logger().info("observations are back: policy commands again")
+        self._clock_t = 0
+        self.get_logger().info("observations are back: policy commands again"
+                               + (" (time feature clock restarted)" if self._extra else ""))
+
+    def _with_clock(self, obs: np.ndarray) -> np.ndarray:
+        """`obs` + 1 - t/T (as the training env's TimeFeature computes it), then t advances."""
+        out = self._clocked
+        if out is None or out.shape[0] != obs.shape[0] + 1:
+            out = self._clocked = np.empty(obs.shape[0] + 1, dtype=np.float32)
+        out[:-1] = obs
+        out[-1] = 1.0 - self._clock_t / self.clock_steps
+        self._clock_t = (self._clock_t + 1) % self.clock_steps
+        return out
 
     def _respond_train(self, obs: np.ndarray) -> None:
         key = obs.tobytes()
@@ -521,6 +550,8 @@ class Actor(FinishableNode):
         if current is None or command is None:
             self._no_policy()
             return
+        if self._extra:
+            obs = self._with_clock(obs)
         start = perf_counter_ns()
         action = current.run(obs)
         self.inference_ns.add(perf_counter_ns() - start)

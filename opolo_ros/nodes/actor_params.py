@@ -21,7 +21,8 @@ PARAMETERS: dict[str, tuple] = {
     "policy_topic": ("/opolo/policy", "ONNX policy bytes + version (std_msgs/UInt8MultiArray)"),
     "policy_version_topic": ("policy_version", "announces the active policy version "
                                                "(std_msgs/Int64)"),
-    "obs_dim": (0, "expected observation size; 0 = take it from the first model"),
+    "obs_dim": (0, "expected policy input size (the model's obs_dim, a time_feature_clock's input "
+                   "included); 0 = take it from the first model"),
     "act_dim": (0, "expected action size; 0 = take it from the first model"),
     "seed": (0, "seed of the exploration noise and warm-up actions (train mode)"),
     "warmup_steps": (0, "train mode: observations answered with uniform random actions"),
@@ -40,6 +41,12 @@ PARAMETERS: dict[str, tuple] = {
     "joints": ([""], "JointState input: joint names in the policy's order; [''] = array input"),
     "joint_fields": (["position", "velocity"], "JointState fields concatenated per joint list"),
     "rate_hz": (0.0, "publish at this fixed rate from the newest observation; 0 = per observation"),
+    "time_feature_clock": (0, "deploy, a model trained with time_feature: true: T > 0 = the actor "
+                              "appends 1 - t/T itself (t = commands since the clock started, "
+                              "0..T-1, then 0 again; restarted when observations return after the "
+                              "watchdog), so the input holds obs_dim - 1 values; T = the training "
+                              "episode length (1000 for the Gymnasium MuJoCo tasks); 0 = the input "
+                              "holds all obs_dim values"),
     "observation_timeout_s": (0.5, "observations older than this are stale: no policy command; "
                                    "deploy: the watchdog publishes safe_command"),
     "safe_command": ([0.0], "deploy watchdog: the command while observations are stale "
