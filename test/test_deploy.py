@@ -153,10 +153,10 @@ def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_dom
 def test_hopper_expert_deployed_with_the_actors_time_feature_clock_matches_its_direct_rollout(ros_domain_id):
     """The shipped Hopper expert was trained with the time feature; the bridge here publishes the
     plain 11-value observation and the deploy actor appends 1 - t/1000 itself
-    (``time_feature_clock:=1000``). Lock-step, so the episode is the one the direct rollout of the
-    same ONNX model in the time-feature env takes from the same reset: equal returns, not only
-    expert-level ones (held at 1.0 instead, the feature costs this expert 3083 -> 2710 on average,
-    README)."""
+    (``time_feature_clock: 1000`` in ``config/deploy_hopper.yaml``). Lock-step, so the episode is
+    the one the direct rollout of the same ONNX model in the time-feature env takes from the same
+    reset: equal returns, not only expert-level ones (held at 1.0 instead, the feature costs this
+    expert 3083 -> 2710 on average, README)."""
     from opolo_ros.export.onnx_policy import load_policy
     from opolo_ros.sim.envs import make_env
 
@@ -171,7 +171,9 @@ def test_hopper_expert_deployed_with_the_actors_time_feature_clock_matches_its_d
     bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
         "env_id": "Hopper-v5", "seed": seed, "publish_replay": False, "action_timeout_s": 1.0})
     actor_spec = deploy_actor(model=str(hopper), observation_topic="/observation", action_topic="/action",
-                              rate_hz="0", time_feature_clock="1000", observation_timeout_s="5.0")
+                              params_file=str(ROOT / "config" / "deploy_hopper.yaml"),
+                              observation_timeout_s="5.0")  # lock-step: no real-time deadline
+    assert actor_spec.parameters["time_feature_clock"] == 1000 and actor_spec.parameters["rate_hz"] == 0
     # The session pool's graph (weights as inputs) rounds some actions differently in the last
     # float32 bit (-0.74068725 against -0.74068713 on the first step here), which the hopping
     # dynamics grow to 0.2 % of the return over 1000 steps: the actor's own session for an exact match.

@@ -130,10 +130,14 @@ def test_every_shipped_task_file_passes_both_paths(path, tmp_path):
         lr.node_parameters(path, node, "robot")
 
 
-def test_the_shipped_deploy_file_passes_the_deploy_launch():
+def test_the_shipped_deploy_files_pass_the_deploy_launch():
     path = ROOT / "config" / "deploy_inverted_pendulum.yaml"
     specs = lr.describe_launch("deploy", [f"model:={EXPERT}", f"params_file:={path}"])[2]
     assert specs[0].parameters["joints"] == ["slider", "hinge"]
+    hopper = ROOT / "config" / "deploy_hopper.yaml"
+    specs = lr.describe_launch("deploy", [f"model:={ROOT / 'models/experts/Hopper-v5.onnx'}",
+                                          f"params_file:={hopper}"])[2]
+    assert specs[0].parameters["time_feature_clock"] == 1000 and "joints" not in specs[0].parameters
 
 
 # --------------------------------------------------------------------------- demonstrations, stop
