@@ -598,7 +598,8 @@ class Actor(FinishableNode):
         """The action for `obs` in environment units (a new array), or None without a policy.
 
         Train mode: exploration (advances the step count); deploy mode: pi(obs) clamped to the
-        limits (no rate limit: that needs the command history of the control path).
+        limits (no rate limit: that needs the command history of the control path; `obs` is the
+        model's whole input, the time feature included: the clock belongs to the control path).
         """
         if self.mode == "train":
             self._activate(self.steps)
