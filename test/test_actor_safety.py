@@ -287,6 +287,19 @@ def test_time_feature_clock_that_cannot_apply_is_refused_at_start_up(tmp_path, r
     assert "\n" not in str(err.value)
 
 
+def test_clock_actor_refuses_a_hot_swapped_model_without_the_time_feature(tmp_path, ros_domain_id, ros_node):
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4 + [1.0], obs_dim=5, time_feature=True)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, time_feature_clock=1000,
+                       observation_timeout_s=60.0)
+    with graph:
+        actor = rig.actor
+        first = actor.current
+        actor.request_load(str(onnx_policy(tmp_path / "plain.onnx", [0.0] * 5, bias=0.1, obs_dim=5)))
+        assert rig.spin_until(lambda: actor.rejected == 1), "a model without the time feature was loaded"
+        rig.send(good_message(GOOD[0], False))
+    assert actor.current is first and rig.commands[-1][1] == pytest.approx(3.0)  # 3 x the clock's 1.0
+
+
 def test_joint_state_spec_with_the_clock_fits_the_time_feature_model(tmp_path, ros_domain_id):
     """4 joint values + the clock = the model's 5 inputs; 4 values + the clock against a
     4-input model is refused with the clock named."""

@@ -302,6 +302,9 @@ class Actor(FinishableNode):
             act_dim = self.act_dim or (reference.metadata.act_dim if reference else None)
             try:
                 loaded = self._load(source, version, obs_dim, act_dim, self._safe_point)
+                mismatch = self._input_mismatch(loaded.metadata, loaded.origin)
+                if mismatch:  # e.g. a model without the time feature for an actor with the clock
+                    raise PolicyLoadError(mismatch)
                 self._install(loaded)
             except PolicyLoadError as err:
                 self.rejected += 1
