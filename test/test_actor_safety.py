@@ -249,7 +249,7 @@ def test_time_feature_clock_appends_1_minus_t_over_T_and_restarts_after_the_watc
     the clock starts from 1.0 again. The policy outputs 3 x its last input."""
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4 + [1.0], obs_dim=5, time_feature=True)
     graph, rig = start(tmp_path, ros_domain_id, ros_node, model, as_joint_state, time_feature_clock=4,
-                       observation_timeout_s=0.3, safe_command=[-0.5], watchdog_rate_hz=50.0)
+                       observation_timeout_s=1.0, safe_command=[-0.5], watchdog_rate_hz=50.0)
     with graph:
         actor = rig.actor
         spy = Spy(actor.current.runner)
@@ -257,7 +257,7 @@ def test_time_feature_clock_appends_1_minus_t_over_T_and_restarts_after_the_watc
         for k in range(6):
             rig.send(good_message(GOOD[k % 2], as_joint_state))
         first = [v for _, v in rig.commands if v != pytest.approx(-0.5)]
-        assert rig.spin_until(lambda: actor.stale, 3.0)  # silence: the watchdog takes over
+        assert rig.spin_until(lambda: actor.stale, 5.0)  # silence: the watchdog takes over
         rig.send(good_message(GOOD[0], as_joint_state))
         rig.send(good_message(GOOD[1], as_joint_state))
         again = [v for _, v in rig.commands[-2:]]
