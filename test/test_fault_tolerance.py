@@ -9,6 +9,7 @@ Every process a test starts is stopped (by PID) when the test ends, also on fail
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import subprocess
@@ -231,7 +232,12 @@ class Observer:
         node.create_subscription(Int64MultiArray, "/opolo/learner_progress", self._on_progress,
                                  qos_for("learner_progress"))
         node.create_subscription(Float32MultiArray, "/opolo/replay", self._on_replay, qos_for("replay"))
-        node.create_subscription(UInt8MultiArray, "/opolo/policy", self._on_policy, qos_for("policy"))
+        # Deeper than the contract's depth 1: the observer keeps every version, also those that
+        # arrive while the test is not spinning (with depth 1 a newer one could replace one the
+        # robot actor is running, and the test would have no model to check its actions against).
+        policy_qos = copy.copy(qos_for("policy"))
+        policy_qos.depth = 100
+        node.create_subscription(UInt8MultiArray, "/opolo/policy", self._on_policy, policy_qos)
         node.create_subscription(Int64, "/probe/policy_version",
                                  lambda msg: setattr(self, "probe_version", msg.data), POLICY_VERSION_QOS)
         node.create_subscription(Float64MultiArray, "/probe/action",
@@ -255,8 +261,9 @@ class Observer:
     def transitions(self) -> int:
         return self.progress.transitions if self.progress is not None else -1
 
-    def wait(self, done: Callable[[], bool], timeout: float, what: str) -> None:
-        assert spin_until(self.executor, done, timeout), f"timed out waiting for {what}"
+    def wait(self, done: Callable[[], bool], timeout: float, what: str,
+             state: Callable[[], str] = lambda: "") -> None:
+        assert spin_until(self.executor, done, timeout), f"timed out waiting for {what} {state()}"
 
     def published(self, source: int) -> np.ndarray:
         """Every transition the bridge published, in order (each batch once, re-sends merged)."""
@@ -315,7 +322,9 @@ def test_killed_learner_resumes_and_loses_no_acknowledged_transition(tmp_path, d
         return version in expected and sum(abs(a - expected[version]) < 1e-5
                                            for a in observer.actions[-20:]) >= 5
 
-    observer.wait(probe_answered, 20.0, "the robot actor to act without a learner")
+    observer.wait(probe_answered, 20.0, "the robot actor to act without a learner", lambda: (
+        f"announced version {observer.probe_version}, versions seen {sorted(observer.policies)}, "
+        f"expected {expected}, last actions {observer.actions[-5:]}"))
     assert observer.probe_version > 0  # a policy the learner exported
     assert all(p.alive() for p in [*others, robot])
 
