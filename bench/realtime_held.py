@@ -20,19 +20,13 @@ sys.path.insert(0, str(ROOT / "test"))
 
 import test_deploy as td  # noqa: E402  (the test's graph: one definition of the deploy set-up)
 
-from opolo_ros.launch_runner import GraphRunner, NodeSpec  # noqa: E402
+from opolo_ros.launch_runner import GraphRunner  # noqa: E402
 from opolo_ros.ros.runtime import isolated_domain_id  # noqa: E402
 from opolo_ros.sim.tasks import control_period  # noqa: E402
 
 
 def run(scale: float, seconds: float) -> str:
-    bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
-        "env_id": td.ENV, "mode": "realtime", "time_scale": scale, "publish_replay": False,
-        "max_episode_steps": 10_000, "action_topic": td.COMMANDS, "joint_states_topic": "/joint_states"})
-    actor_spec = td.deploy_actor(model=str(td.EXPERT), observation_topic="/joint_states",
-                                 joints="slider,hinge", action_topic=td.COMMANDS, rate_hz="0",
-                                 observation_timeout_s="0.5")
-    with GraphRunner([bridge_spec, actor_spec], isolated_domain_id()) as graph:
+    with GraphRunner(td.realtime_specs(scale), isolated_domain_id()) as graph:
         bridge = graph.nodes["sim_bridge"]
         steps = int(round(seconds / control_period(bridge.env)))
         start = time.monotonic()

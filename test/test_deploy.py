@@ -123,13 +123,19 @@ def test_joint_state_spec_that_does_not_fit_the_model_is_one_line_exit_2(ros_dom
     assert "give 2 values (1 joints x 2 fields" in lines[0] and "has obs_dim 4" in lines[0], lines[0]
 
 
-def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_domain_id):
-    bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
-        "env_id": ENV, "mode": "realtime", "time_scale": TIME_SCALE, "publish_replay": False,
+def realtime_specs(time_scale: float) -> list[NodeSpec]:
+    """The real-time bridge (JointState out, commands in) and the deploy actor with the shipped
+    expert, one command per joint state (also run by bench/realtime_held.py)."""
+    bridge = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": ENV, "mode": "realtime", "time_scale": time_scale, "publish_replay": False,
         "max_episode_steps": 10_000, "action_topic": COMMANDS, "joint_states_topic": "/joint_states"})
-    actor_spec = deploy_actor(model=str(EXPERT), observation_topic="/joint_states", joints="slider,hinge",
-                              action_topic=COMMANDS, rate_hz="0", observation_timeout_s="0.5")
-    with GraphRunner([bridge_spec, actor_spec], ros_domain_id) as graph:
+    actor = deploy_actor(model=str(EXPERT), observation_topic="/joint_states", joints="slider,hinge",
+                         action_topic=COMMANDS, rate_hz="0", observation_timeout_s="0.5")
+    return [bridge, actor]
+
+
+def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_domain_id):
+    with GraphRunner(realtime_specs(TIME_SCALE), ros_domain_id) as graph:
         bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
         dt = control_period(bridge.env)
         steps = int(round(SIM_SECONDS / dt))
