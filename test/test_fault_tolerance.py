@@ -329,8 +329,14 @@ def test_killed_learner_resumes_and_loses_no_acknowledged_transition(tmp_path, d
     assert all(p.alive() for p in [*others, robot])
 
     learner = start_learner(1)
-    observer.wait(lambda: observer.transitions >= acked, 60.0, "the new learner to catch up")
-    observer.wait(lambda: not learner.alive(), 120.0, "the run to finish")
+
+    def graph_state() -> str:
+        bridge = next(p for p in others if p.executable == "sim_bridge")
+        return (f"at {observer.transitions} transitions, acks {observer.max_ack}\n--- learner:\n"
+                f"{learner.output()[-1500:]}\n--- sim_bridge:\n{bridge.output()[-1500:]}")
+
+    observer.wait(lambda: observer.transitions >= acked, 60.0, "the new learner to catch up", graph_state)
+    observer.wait(lambda: not learner.alive(), 120.0, "the run to finish", graph_state)
     assert learner.proc.returncode == 0, learner.output()[-3000:]
     log = learner.output()
     assert f"resumed from {tmp_path / 'run' / 'checkpoint.pt'} at {ckpt} transitions" in log

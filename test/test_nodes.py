@@ -289,3 +289,40 @@ def test_demo_player_reads_a_robot_bag_with_the_task_files_bag_keys(tmp_path, ro
     with GraphRunner([player], ros_domain_id) as graph:
         (episode,) = graph.nodes["demo_player"].episodes
     np.testing.assert_array_equal(episode.obs, want)
+
+
+def test_bridge_resends_a_batch_the_learner_never_got(tmp_path, ros_domain_id, ros_node):
+    """A learner that keeps announcing itself but never acknowledges a batch (it was published
+    before DDS matched the restarted learner's subscription): after ``learner_timeout_s`` the
+    bridge publishes it again, and steps on once it is acknowledged."""
+    from std_msgs.msg import Int64MultiArray
+
+    spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": ENV, "max_ahead": 0, "sync_policy": False, "replay_batch": 1,
+        "learner_timeout_s": 0.5, "joint_states_topic": ""})
+    learner, executor = ros_node("fake_learner")
+    received: list[m.ReplayBatch] = []
+    acks: dict[int, m.SourceAck] = {}
+    learner.create_subscription(Float32MultiArray, "/opolo/replay",
+                                lambda msg: received.append(m.msg_to_replay(msg)), qos_for("replay"))
+    progress = learner.create_publisher(Int64MultiArray, "/opolo/learner_progress",
+                                        qos_for("learner_progress"))
+    learner.create_timer(0.1, lambda: progress.publish(m.progress_to_msg(
+        m.LearnerProgress(0, sum(a.transitions for a in acks.values()), dict(acks)))))
+    action = learner.create_publisher(Float64MultiArray, "/action", qos_for("action"))
+    learner.create_subscription(Float32MultiArray, "/observation",
+                                lambda msg: action.publish(m.action_to_msg([0.0])), qos_for("observation"))
+
+    with GraphRunner([spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        executors = [graph.executor, executor]
+        assert spin_until(executors, lambda: len(received) >= 1, 20.0)
+        first = received[0]
+        assert first.seq == 0 and bridge.sent == 1  # strict alternation: it waits for the ack
+        # Not acknowledged ("lost"): the same batch comes again, and nothing new is stepped.
+        assert spin_until(executors, lambda: len(received) >= 2, 5.0), "no re-send"
+        assert received[1].seq == 0 and bridge.resent >= 1 and bridge.sent == 1
+        np.testing.assert_array_equal(received[1].rows(), first.rows())
+        acks[first.source] = m.SourceAck(0, 1)
+        assert spin_until(executors, lambda: any(b.seq == 1 for b in received), 5.0)
+        assert bridge.sent >= 2

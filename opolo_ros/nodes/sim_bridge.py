@@ -35,6 +35,11 @@ Lock-step (``mode: lockstep``, training)
     ``learner_timeout_s`` and then returns (a learner that crashed and was started again), those
     batches are published again, same ``seq``: the ones the dead learner received but never
     journalled are not lost, and the learner drops the ones it has (``seq`` already acknowledged).
+    They are also published again when the bridge waits on an acknowledgement that has not moved
+    for ``learner_timeout_s`` while the learner's progress keeps coming (at most once per
+    ``learner_timeout_s``): a re-send to a restarted learner goes only to the subscriptions DDS has
+    matched by then, and one published before the new learner's replay subscription was matched
+    never reaches it (without this the two would wait on each other for ever).
 
 Real time (``mode: realtime``)
     A wall-clock timer steps the simulation at ``rate_hz`` (default: the task's control rate),
@@ -102,7 +107,9 @@ PARAMETERS: dict[str, tuple] = {
     "report_period_s": (30.0, "log the recent episode returns (and, in real time, the held steps) "
                               "at most this often"),
     "learner_timeout_s": (3.0, "flow control: learner progress silent this long = the learner is gone; "
-                               "unacknowledged replay batches are re-sent when it returns"),
+                               "unacknowledged replay batches are re-sent when it returns, and "
+                               "when its acknowledgement does not move for this long while "
+                               "the bridge waits on it"),
 }
 
 
@@ -139,6 +146,7 @@ class SimBridge(FinishableNode):
         self.held = 0  # realtime: steps after the first command that got no new one (missed deadline)
         self._unacked: deque[tuple[int, Float32MultiArray]] = deque()  # (seq, msg), flow control only
         self._last_progress = time.monotonic()
+        self._last_ack_move = self._last_progress  # when the ack last moved, or batches were re-sent
         self.started = False
         self._learner_seen = False
         self._pending: list[np.ndarray] = []
@@ -242,11 +250,19 @@ class SimBridge(FinishableNode):
                 self.sent = self.acked = ack.transitions
                 self.seq = ack.seq + 1
         if ack is not None:
+            if ack.transitions > self.acked:
+                self._last_ack_move = now
             self.acked = max(self.acked, ack.transitions)
             while self._unacked and self._unacked[0][0] <= ack.seq:
                 self._unacked.popleft()
         if silent > self.learner_timeout and self._unacked:
-            self._resend(silent)
+            self.get_logger().warning(f"learner progress was silent for {silent:.1f} s: re-sending "
+                                      f"{self._resend()} unacknowledged replay batches")
+        elif self._stalled(now):  # a busy learner (evaluating) drops them as duplicates: info only
+            waited = now - self._last_ack_move
+            self.get_logger().info(f"the learner's acknowledgement has not moved for {waited:.1f} s: "
+                                   f"re-sent {self._resend()} unacknowledged replay batches "
+                                   f"({self.resent} so far)", throttle_duration_sec=self.report_period)
         if self.started and not self._waiting_action:
             self._advance()
 
@@ -272,6 +288,11 @@ class SimBridge(FinishableNode):
         if self.sync_policy and self.actor_version < self.due_version():
             return False
         return True
+
+    def _stalled(self, now: float) -> bool:
+        """Waiting on an acknowledgement that has not moved for `learner_timeout` (see docstring)."""
+        return (self.started and bool(self._unacked) and self.sent - self.acked > self.max_ahead
+                and now - self._last_ack_move > self.learner_timeout)
 
     def due_version(self) -> int:
         """The policy version the actor needs before this bridge's next step (see module docstring)."""
@@ -369,13 +390,13 @@ class SimBridge(FinishableNode):
         self.seq += 1
         self.replay_pub.publish(msg)
 
-    def _resend(self, silent: float) -> None:
-        """Publish the unacknowledged batches again, oldest first, for a learner that came back."""
-        self.get_logger().warning(f"learner progress was silent for {silent:.1f} s: re-sending "
-                                  f"{len(self._unacked)} unacknowledged replay batches")
+    def _resend(self) -> int:
+        """Publish the unacknowledged batches again, oldest first (the learner drops duplicates)."""
         for _, msg in self._unacked:
             self.replay_pub.publish(msg)
         self.resent += len(self._unacked)
+        self._last_ack_move = time.monotonic()  # at most once per learner_timeout
+        return len(self._unacked)
 
     def _publish_joint_states(self) -> None:
         data = self.env.unwrapped.data
