@@ -291,38 +291,92 @@ def test_demo_player_reads_a_robot_bag_with_the_task_files_bag_keys(tmp_path, ro
     np.testing.assert_array_equal(episode.obs, want)
 
 
-def test_bridge_resends_a_batch_the_learner_never_got(tmp_path, ros_domain_id, ros_node):
+class FakeLearner:
+    """The learner's side of flow control, by hand: receives replay, publishes progress with the
+    acknowledgements the test sets (every 0.1 s unless paused), and answers each observation."""
+
+    def __init__(self, ros_node) -> None:
+        from std_msgs.msg import Int64MultiArray
+
+        node, self.executor = ros_node("fake_learner")
+        self.received: list[m.ReplayBatch] = []
+        self.acks: dict[int, m.SourceAck] = {}
+        self.paused = False
+        node.create_subscription(Float32MultiArray, "/opolo/replay",
+                                 lambda msg: self.received.append(m.msg_to_replay(msg)), qos_for("replay"))
+        self.progress = node.create_publisher(Int64MultiArray, "/opolo/learner_progress",
+                                              qos_for("learner_progress"))
+        node.create_timer(0.1, lambda: None if self.paused else self.publish_progress())
+        action = node.create_publisher(Float64MultiArray, "/action", qos_for("action"))
+        node.create_subscription(Float32MultiArray, "/observation",
+                                 lambda msg: action.publish(m.action_to_msg([0.0])), qos_for("observation"))
+
+    def publish_progress(self) -> None:
+        transitions = sum(a.transitions for a in self.acks.values())
+        self.progress.publish(m.progress_to_msg(m.LearnerProgress(0, transitions, dict(self.acks))))
+
+    def seqs(self) -> list[int]:
+        return [b.seq for b in self.received]
+
+
+def flow_bridge(**parameters: object) -> NodeSpec:
+    return NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": ENV, "sync_policy": False, "learner_timeout_s": 0.5, "joint_states_topic": "",
+        **parameters})
+
+
+def test_bridge_resends_a_batch_the_learner_never_got(ros_domain_id, ros_node):
     """A learner that keeps announcing itself but never acknowledges a batch (it was published
     before DDS matched the restarted learner's subscription): after ``learner_timeout_s`` the
     bridge publishes it again, and steps on once it is acknowledged."""
-    from std_msgs.msg import Int64MultiArray
-
-    spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
-        "env_id": ENV, "max_ahead": 0, "sync_policy": False, "replay_batch": 1,
-        "learner_timeout_s": 0.5, "joint_states_topic": ""})
-    learner, executor = ros_node("fake_learner")
-    received: list[m.ReplayBatch] = []
-    acks: dict[int, m.SourceAck] = {}
-    learner.create_subscription(Float32MultiArray, "/opolo/replay",
-                                lambda msg: received.append(m.msg_to_replay(msg)), qos_for("replay"))
-    progress = learner.create_publisher(Int64MultiArray, "/opolo/learner_progress",
-                                        qos_for("learner_progress"))
-    learner.create_timer(0.1, lambda: progress.publish(m.progress_to_msg(
-        m.LearnerProgress(0, sum(a.transitions for a in acks.values()), dict(acks)))))
-    action = learner.create_publisher(Float64MultiArray, "/action", qos_for("action"))
-    learner.create_subscription(Float32MultiArray, "/observation",
-                                lambda msg: action.publish(m.action_to_msg([0.0])), qos_for("observation"))
-
-    with GraphRunner([spec], ros_domain_id) as graph:
+    learner = FakeLearner(ros_node)
+    with GraphRunner([flow_bridge(max_ahead=0, replay_batch=1)], ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
-        executors = [graph.executor, executor]
-        assert spin_until(executors, lambda: len(received) >= 1, 20.0)
-        first = received[0]
+        executors = [graph.executor, learner.executor]
+        assert spin_until(executors, lambda: len(learner.received) >= 1, 20.0)
+        first = learner.received[0]
         assert first.seq == 0 and bridge.sent == 1  # strict alternation: it waits for the ack
         # Not acknowledged ("lost"): the same batch comes again, and nothing new is stepped.
-        assert spin_until(executors, lambda: len(received) >= 2, 5.0), "no re-send"
-        assert received[1].seq == 0 and bridge.resent >= 1 and bridge.sent == 1
-        np.testing.assert_array_equal(received[1].rows(), first.rows())
-        acks[first.source] = m.SourceAck(0, 1)
-        assert spin_until(executors, lambda: any(b.seq == 1 for b in received), 5.0)
+        assert spin_until(executors, lambda: len(learner.received) >= 2, 5.0), "no re-send"
+        assert learner.received[1].seq == 0 and bridge.resent >= 1 and bridge.sent == 1
+        np.testing.assert_array_equal(learner.received[1].rows(), first.rows())
+        learner.acks[first.source] = m.SourceAck(0, 1)
+        assert spin_until(executors, lambda: 1 in learner.seqs(), 5.0)
         assert bridge.sent >= 2
+
+
+def test_bridge_resends_to_a_learner_that_comes_back(ros_domain_id, ros_node):
+    """Progress silent for longer than ``learner_timeout_s``, then back (a restarted learner): the
+    bridge, not waiting on it (``max_ahead`` large), holds its steps from the learner's first
+    message and re-sends every unacknowledged batch, oldest first, with its second (by then DDS
+    has matched the learner's replay subscription too), then steps on."""
+    learner = FakeLearner(ros_node)
+    bridge_spec = flow_bridge(max_ahead=1_000_000, replay_batch=20, learner_timeout_s=1.0)
+    with GraphRunner([bridge_spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        executors = [graph.executor, learner.executor]
+
+        def spin(seconds: float) -> None:
+            until = time.monotonic() + seconds
+            spin_until(executors, lambda: time.monotonic() > until, seconds + 5.0)
+
+        assert spin_until(executors, lambda: len(learner.received) >= 3, 20.0)
+        learner.paused = True
+        spin(1.5)
+        steps = bridge.sent
+        assert bridge.resent == 0 and steps > 60  # no learner: nothing re-sent; it steps on
+        learner.publish_progress()  # back: the first message
+        spin(0.2)  # (a step under way when it came is finished and flushed)
+        held = bridge.sent
+        spin(0.3)
+        assert bridge.sent == held and bridge.resent == 0  # holding, nothing re-sent yet
+        learner.paused = False  # the next messages (every 0.1 s)
+        assert spin_until(executors, lambda: bridge.resent > 0, 5.0), "no re-send"
+        last = bridge.seq - 1
+        assert spin_until(executors, lambda: learner.seqs().count(last) == 2, 5.0)
+        seqs = learner.seqs()
+        assert seqs[seqs.index(last) + 1:][:last + 1] == list(range(last + 1))  # all again, in order
+        assert bridge.resent == last + 1
+        learner.acks[learner.received[0].source] = m.SourceAck(last, bridge.sent)
+        assert spin_until(executors, lambda: last + 1 in learner.seqs(), 5.0)
+        assert bridge.sent > held

@@ -35,11 +35,13 @@ Lock-step (``mode: lockstep``, training)
     ``learner_timeout_s`` and then returns (a learner that crashed and was started again), those
     batches are published again, same ``seq``: the ones the dead learner received but never
     journalled are not lost, and the learner drops the ones it has (``seq`` already acknowledged).
-    They are also published again when the bridge waits on an acknowledgement that has not moved
-    for ``learner_timeout_s`` while the learner's progress keeps coming (at most once per
-    ``learner_timeout_s``): a re-send to a restarted learner goes only to the subscriptions DDS has
-    matched by then, and one published before the new learner's replay subscription was matched
-    never reaches it (without this the two would wait on each other for ever).
+    The bridge holds its next step from the returned learner's first progress message to its
+    second and re-sends then: a message reaches only the subscriptions DDS has matched when it is
+    published, and the new learner's replay subscription may be matched a little after its
+    progress publisher. The batches are also published again whenever the bridge waits on an
+    acknowledgement that has not moved for ``learner_timeout_s`` while the learner's progress
+    keeps coming (at most once per ``learner_timeout_s``), so a re-send that was lost anyway, or a
+    learner back within ``learner_timeout_s``, cannot leave the two waiting on each other.
 
 Real time (``mode: realtime``)
     A wall-clock timer steps the simulation at ``rate_hz`` (default: the task's control rate),
@@ -147,6 +149,7 @@ class SimBridge(FinishableNode):
         self._unacked: deque[tuple[int, Float32MultiArray]] = deque()  # (seq, msg), flow control only
         self._last_progress = time.monotonic()
         self._last_ack_move = self._last_progress  # when the ack last moved, or batches were re-sent
+        self._returned = 0.0  # > 0: the learner came back after this much silence; re-send is due
         self.started = False
         self._learner_seen = False
         self._pending: list[np.ndarray] = []
@@ -255,9 +258,14 @@ class SimBridge(FinishableNode):
             self.acked = max(self.acked, ack.transitions)
             while self._unacked and self._unacked[0][0] <= ack.seq:
                 self._unacked.popleft()
-        if silent > self.learner_timeout and self._unacked:
-            self.get_logger().warning(f"learner progress was silent for {silent:.1f} s: re-sending "
-                                      f"{self._resend()} unacknowledged replay batches")
+        if not self._unacked:
+            self._returned = 0.0
+        elif silent > self.learner_timeout:
+            self._returned = silent  # hold; re-send with its next message (see module docstring)
+        elif self._returned:
+            self.get_logger().warning(f"learner progress returned after {self._returned:.1f} s of "
+                                      f"silence: re-sent {self._resend()} unacknowledged replay batches")
+            self._returned = 0.0
         elif self._stalled(now):  # a busy learner (evaluating) drops them as duplicates: info only
             waited = now - self._last_ack_move
             self.get_logger().info(f"the learner's acknowledgement has not moved for {waited:.1f} s: "
@@ -283,7 +291,7 @@ class SimBridge(FinishableNode):
         """Flow control: within `max_ahead` of the learner, and the actor runs the due policy."""
         if not self.flow_control:
             return True
-        if self.sent - self.acked > self.max_ahead:
+        if self._returned or self.sent - self.acked > self.max_ahead:
             return False
         if self.sync_policy and self.actor_version < self.due_version():
             return False
