@@ -303,7 +303,12 @@ def test_killed_learner_resumes_and_loses_no_acknowledged_transition(tmp_path, d
     robot = processes("actor", probe, logs / "probe.log", "-r", "__ns:=/probe")
 
     # Past the first checkpoint, and between two: the journal holds what the checkpoint does not.
-    observer.wait(lambda: observer.transitions >= ckpt + 60, 120.0, "the learner to train")
+    # And the observer has the policy the robot actor runs (the learner can be killed before DDS
+    # has matched the observer to its policy publisher: then the observer would never get one).
+    observer.wait(lambda: observer.transitions >= ckpt + 60 and observer.probe_version in observer.policies,
+                  120.0, "the learner to train", lambda: (
+                      f"at {observer.transitions} transitions, robot actor's version "
+                      f"{observer.probe_version}, versions seen {sorted(observer.policies)}"))
     learner.proc.kill()
     learner.proc.wait(timeout=10.0)
     acked = max(observer.max_ack.values())
@@ -653,3 +658,14 @@ def test_resumed_learner_matches_an_uninterrupted_one(tmp_path, demos, ros_domai
         np.testing.assert_array_equal(a, b.detach().numpy())
     assert resumed.trainer.learner.state_dict()["counters"] == counters
     assert resumed.duplicates == 1 and resumed.trainer.step == RESUME_TOTAL
+
+
+def test_learner_takes_a_bridges_batches_in_seq_order(tmp_path, demos, ros_domain_id, uninterrupted):
+    """Batch 2 arrives before batch 1 (re-sent after a restart): it waits for batch 1, and the run
+    ends with the very networks of the run that got them in order."""
+    batches = replay_batches()
+    learner = run_learner(tmp_path, ros_domain_id, demos, [batches[0], batches[2], batches[1]])
+    weights, counters = uninterrupted
+    for a, b in zip(weights, learner.trainer.learner.actor.parameters()):
+        np.testing.assert_array_equal(a, b.detach().numpy())
+    assert learner.trainer.learner.state_dict()["counters"] == counters

@@ -238,6 +238,9 @@ LEARNER_PARAMETERS: dict[str, tuple] = {
     "journal_fsync": (False, "also fsync the journal before each acknowledgement: durable against a "
                              "machine crash, not only a crash of the process (costs 6% of the steps/s "
                              "with max_ahead 50, 20% with max_ahead 0 here; BENCHMARKS.md)"),
+    "replay_gap_timeout_s": (10.0, "a replay batch that comes after a gap in its bridge's seq waits "
+                                   "this long for the missing ones (a flow-controlled bridge re-sends "
+                                   "them) before it is consumed without them; 0 = never wait"),
     "replay_topic": ("/opolo/replay", "replay transitions topic"),
     "demonstrations_topic": ("/opolo/demonstrations", "state-only expert episodes topic"),
     "policy_topic": ("/opolo/policy", "ONNX policy topic (bytes + version)"),

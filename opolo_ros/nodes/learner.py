@@ -7,7 +7,9 @@ Subscribes ``/opolo/demonstrations`` and ``/opolo/replay``; callbacks only enque
    when there is one;
 2. exports its current policy and publishes it on ``/opolo/policy`` (version = transitions
    consumed, 0 for a new run; transient local), so actors have a model before the first step;
-3. hands the replay batches, in arrival order, to a :class:`~opolo_ros.train.stream.StreamTrainer`
+3. hands the replay batches, in ``seq`` order per bridge (one that arrives after a gap waits up
+   to ``replay_gap_timeout_s`` for the ones before it, which a bridge re-sends:
+   :mod:`opolo_ros.train.reorder`), to a :class:`~opolo_ros.train.stream.StreamTrainer`
    (no ROS in it), which takes the transitions one at a time: add to the replay buffer, consume
    transition n, run ``schedule.plan(n)`` through :class:`UpdateRunner` -- the direct loop's
    code path, so the graph runs exactly the direct loop's updates -- then per n the direct loop's
@@ -80,6 +82,7 @@ from opolo_ros.ros.qos import qos_for
 from opolo_ros.sim.envs import add_time_feature
 from opolo_ros.train.checkpoint import CheckpointError
 from opolo_ros.train.direct import TrainResult
+from opolo_ros.train.reorder import ReorderBuffer
 from opolo_ros.train.runlock import RunFolderInUse
 from opolo_ros.train.stream import Interrupted, StreamHooks, StreamTrainer
 
@@ -139,8 +142,10 @@ class Learner(FinishableNode):
         except ValueError as err:
             raise ParameterError(str(err)) from None
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
-        if p["policy_every"] < 0 or p["demo_settle_s"] < 0 or p["progress_period_s"] <= 0:
-            raise ParameterError("policy_every >= 0, demo_settle_s >= 0, progress_period_s > 0 required")
+        if p["policy_every"] < 0 or p["demo_settle_s"] < 0 or p["progress_period_s"] <= 0 \
+                or p["replay_gap_timeout_s"] < 0:
+            raise ParameterError("policy_every >= 0, demo_settle_s >= 0, progress_period_s > 0 and "
+                                 "replay_gap_timeout_s >= 0 required")
         return cfg, p
 
     @property
@@ -244,17 +249,29 @@ class Learner(FinishableNode):
 
     def _loop(self) -> None:
         trainer = self.trainer
+        timeout = self.params["replay_gap_timeout_s"]
+        reorder = ReorderBuffer(timeout, lambda source: getattr(trainer.acks.get(source), "seq", None))
         trainer.open_progress_bar()
         try:
             trainer.catch_up()
             while not trainer.done and not self._stop.is_set():
                 try:
-                    msg = self._replay_queue.get(timeout=0.1)
+                    batch = self.take(self._replay_queue.get(timeout=0.1))
                 except queue.Empty:
-                    continue
-                batch = self.take(msg)
-                if batch is not None:
-                    trainer.ingest(batch)
+                    batch = None
+                for ready in reorder.push(batch) if batch is not None else []:
+                    trainer.ingest(ready)
+                if batch is not None and reorder.waiting(batch.source):
+                    self.get_logger().info(
+                        f"replay source {batch.source}: batch {batch.seq} came after a gap; waiting up "
+                        f"to {timeout:g} s for the batches before it (batches waiting: "
+                        f"{reorder.waiting(batch.source)})", throttle_duration_sec=LOG_THROTTLE_S)
+                for ready, missing in reorder.expired():
+                    if missing:
+                        self.get_logger().warning(
+                            f"replay source {ready.source}: batches {missing.start}..{missing.stop - 1} "
+                            f"did not come within {timeout:g} s; going on without them")
+                    trainer.ingest(ready)
         finally:
             trainer.close_progress_bar()
 

@@ -38,10 +38,12 @@ Lock-step (``mode: lockstep``, training)
     The bridge holds its next step from the returned learner's first progress message to its
     second and re-sends then: a message reaches only the subscriptions DDS has matched when it is
     published, and the new learner's replay subscription may be matched a little after its
-    progress publisher. The batches are also published again whenever the bridge waits on an
-    acknowledgement that has not moved for ``learner_timeout_s`` while the learner's progress
+    progress publisher. The batches are also published again whenever some are unacknowledged
+    and the acknowledgement has not moved for ``learner_timeout_s`` while the learner's progress
     keeps coming (at most once per ``learner_timeout_s``), so a re-send that was lost anyway, or a
-    learner back within ``learner_timeout_s``, cannot leave the two waiting on each other.
+    learner back within ``learner_timeout_s``, cannot leave the two waiting on each other. The
+    learner consumes each bridge's batches in ``seq`` order: one that arrives after a gap waits
+    there (its ``replay_gap_timeout_s``) for the re-sent ones before it.
 
 Real time (``mode: realtime``)
     A wall-clock timer steps the simulation at ``rate_hz`` (default: the task's control rate),
@@ -110,8 +112,7 @@ PARAMETERS: dict[str, tuple] = {
                               "at most this often"),
     "learner_timeout_s": (3.0, "flow control: learner progress silent this long = the learner is gone; "
                                "unacknowledged replay batches are re-sent when it returns, and "
-                               "when its acknowledgement does not move for this long while "
-                               "the bridge waits on it"),
+                               "when its acknowledgement has not moved for this long"),
 }
 
 
@@ -298,9 +299,8 @@ class SimBridge(FinishableNode):
         return True
 
     def _stalled(self, now: float) -> bool:
-        """Waiting on an acknowledgement that has not moved for `learner_timeout` (see docstring)."""
-        return (self.started and bool(self._unacked) and self.sent - self.acked > self.max_ahead
-                and now - self._last_ack_move > self.learner_timeout)
+        """Unacknowledged batches, and no acknowledgement for `learner_timeout` (see docstring)."""
+        return bool(self._unacked) and now - self._last_ack_move > self.learner_timeout
 
     def due_version(self) -> int:
         """The policy version the actor needs before this bridge's next step (see module docstring)."""
@@ -394,6 +394,8 @@ class SimBridge(FinishableNode):
         msg = m.replay_to_msg(rows[:, :o], rows[:, o:o + a], rows[:, o + a:2 * o + a], rows[:, -3],
                               rows[:, -2] == 1.0, rows[:, -1], seq=self.seq, source=self.source, void=void)
         if self.flow_control:
+            if not self._unacked:
+                self._last_ack_move = time.monotonic()  # the wait for an acknowledgement starts
             self._unacked.append((self.seq, msg))
         self.seq += 1
         self.replay_pub.publish(msg)
