@@ -319,6 +319,11 @@ class FakeLearner:
         return [b.seq for b in self.received]
 
 
+def spin_for(executors: list, seconds: float) -> None:
+    until = time.monotonic() + seconds
+    spin_until(executors, lambda: time.monotonic() > until, seconds + 5.0)
+
+
 def flow_bridge(**parameters: object) -> NodeSpec:
     return NodeSpec("sim_bridge", "sim_bridge", parameters={
         "env_id": ENV, "sync_policy": False, "learner_timeout_s": 0.5, "joint_states_topic": "",
@@ -356,19 +361,15 @@ def test_bridge_resends_to_a_learner_that_comes_back(ros_domain_id, ros_node):
         bridge = graph.nodes["sim_bridge"]
         executors = [graph.executor, learner.executor]
 
-        def spin(seconds: float) -> None:
-            until = time.monotonic() + seconds
-            spin_until(executors, lambda: time.monotonic() > until, seconds + 5.0)
-
         assert spin_until(executors, lambda: len(learner.received) >= 3, 20.0)
         learner.paused = True
-        spin(1.5)
+        spin_for(executors, 1.5)
         steps = bridge.sent
         assert bridge.resent == 0 and steps > 60  # no learner: nothing re-sent; it steps on
         learner.publish_progress()  # back: the first message
-        spin(0.2)  # (a step under way when it came is finished and flushed)
+        spin_for(executors, 0.2)  # (a step under way when it came is finished and flushed)
         held = bridge.sent
-        spin(0.3)
+        spin_for(executors, 0.3)
         assert bridge.sent == held and bridge.resent == 0  # holding, nothing re-sent yet
         learner.paused = False  # the next messages (every 0.1 s)
         assert spin_until(executors, lambda: bridge.resent > 0, 5.0), "no re-send"
@@ -380,3 +381,20 @@ def test_bridge_resends_to_a_learner_that_comes_back(ros_domain_id, ros_node):
         learner.acks[learner.received[0].source] = m.SourceAck(last, bridge.sent)
         assert spin_until(executors, lambda: last + 1 in learner.seqs(), 5.0)
         assert bridge.sent > held
+
+
+def test_bridge_resends_when_progress_is_always_late(ros_domain_id, ros_node):
+    """Progress slower than ``learner_timeout_s`` every time (a learner's ``progress_period_s`` set
+    above the bridge's timeout): each message looks like a return, yet the bridge holds for one
+    message at most and re-sends with the next; it never waits for ever."""
+    learner = FakeLearner(ros_node)
+    learner.paused = True
+    with GraphRunner([flow_bridge(max_ahead=1_000_000, replay_batch=20)], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        executors = [graph.executor, learner.executor]
+        learner.publish_progress()  # the learner announces itself; the bridge starts
+        assert spin_until(executors, lambda: len(learner.received) >= 2, 20.0)
+        for _ in range(3):  # one message every 0.8 s against the 0.5 s timeout
+            spin_for(executors, 0.8)
+            learner.publish_progress()
+        assert spin_until(executors, lambda: bridge.resent > 0, 2.0), "held for ever, no re-send"

@@ -261,7 +261,7 @@ class SimBridge(FinishableNode):
                 self._unacked.popleft()
         if not self._unacked:
             self._returned = 0.0
-        elif silent > self.learner_timeout:
+        elif silent > self.learner_timeout and not self._returned:
             self._returned = silent  # hold; re-send with its next message (see module docstring)
         elif self._returned:
             self.get_logger().warning(f"learner progress returned after {self._returned:.1f} s of "
