@@ -392,9 +392,13 @@ def test_bridge_resends_when_progress_is_always_late(ros_domain_id, ros_node):
     with GraphRunner([flow_bridge(max_ahead=1_000_000, replay_batch=20)], ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
         executors = [graph.executor, learner.executor]
-        learner.publish_progress()  # the learner announces itself; the bridge starts
-        assert spin_until(executors, lambda: len(learner.received) >= 2, 20.0)
+        def started() -> bool:  # the learner announces itself until the bridge has matched it
+            learner.publish_progress()
+            return len(learner.received) >= 2
+
+        assert spin_until(executors, started, 20.0)
+        before = bridge.resent  # (re-sends for the acknowledgement that never moved, so far)
         for _ in range(3):  # one message every 0.8 s against the 0.5 s timeout
             spin_for(executors, 0.8)
             learner.publish_progress()
-        assert spin_until(executors, lambda: bridge.resent > 0, 2.0), "held for ever, no re-send"
+        assert spin_until(executors, lambda: bridge.resent > before, 2.0), "held for ever, no re-send"
