@@ -367,7 +367,9 @@ def test_bridge_resends_to_a_learner_that_comes_back(ros_domain_id, ros_node):
         steps = bridge.sent
         assert bridge.resent == 0 and steps > 60  # no learner: nothing re-sent; it steps on
         learner.publish_progress()  # back: the first message
-        spin_for(executors, 0.2)  # (a step under way when it came is finished and flushed)
+        spin_for(executors, 0.2)
+        # a step under way when it came is finished (its observation may need a re-publish)
+        assert spin_until(executors, lambda: not bridge._waiting_action, 5.0)
         held = bridge.sent
         spin_for(executors, 0.3)
         assert bridge.sent == held and bridge.resent == 0  # holding, nothing re-sent yet
