@@ -261,7 +261,7 @@ class Learner(FinishableNode):
                     batch = None
                 for ready in reorder.push(batch) if batch is not None else []:
                     trainer.ingest(ready)
-                if batch is not None and reorder.waiting(batch.source):
+                if batch is not None and batch.seq in reorder.waiting(batch.source):
                     self.get_logger().info(
                         f"replay source {batch.source}: batch {batch.seq} came after a gap; waiting up "
                         f"to {timeout:g} s for the batches before it (batches waiting: "
