@@ -448,3 +448,15 @@ def test_sequence_tag_round_trip_and_duration_log():
         log.add(ns)
     assert log.count == 5 and sorted(log.values_ns()) == [2000, 3000, 4000, 5000]
     assert log.summary()["max_us"] == 5.0
+
+
+def test_stamp_sequence_is_the_stamp_in_microseconds_and_never_the_no_sequence_tag():
+    from builtin_interfaces.msg import Time
+
+    from opolo_ros.ros import latency
+
+    assert latency.stamp_sequence(Time(sec=3, nanosec=250_999)) == 3_000_250
+    assert latency.stamp_sequence(Time(sec=4295, nanosec=0)) == 4_295_000_000 - 2**32  # wraps
+    assert latency.stamp_sequence(Time(nanosec=1000)) == 1 != latency.stamp_sequence(Time(nanosec=2000))
+    wrap = latency.NO_SEQUENCE  # the stamp whose tag would read "answers no observation"
+    assert latency.stamp_sequence(Time(sec=wrap // 1_000_000, nanosec=wrap % 1_000_000 * 1000)) == wrap - 1

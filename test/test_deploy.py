@@ -131,6 +131,7 @@ def realtime_specs(time_scale: float) -> list[NodeSpec]:
         "max_episode_steps": 10_000, "action_topic": COMMANDS, "joint_states_topic": "/joint_states"})
     actor = deploy_actor(model=str(EXPERT), observation_topic="/joint_states", joints="slider,hinge",
                          action_topic=COMMANDS, rate_hz="0", observation_timeout_s="0.5")
+    actor.parameters["echo_sequence"] = True  # the bridge counts the steps that got a stale command
     return [bridge, actor]
 
 
@@ -146,9 +147,12 @@ def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_dom
         angle = float(bridge.env.unwrapped.data.qpos[1])
         episodes, sim_steps, actions = bridge.episodes, bridge.steps, actor.actions
         rejected, safe, held = actor.rejected_observations, actor.safe_commands, bridge.held
+        stale, answered = bridge.stale, bridge.answered
     assert ok, f"only {sim_steps} of {steps} steps in {wall:.1f} s"
     assert episodes == 0, (f"the pendulum fell after {sim_steps * dt:.1f} s of simulated time; "
-                           f"{held} of {sim_steps} steps found no new command (missed deadline)")
+                           f"{held} of {sim_steps} steps found no new command, {stale} of {answered} "
+                           "applied one that answers an older observation (missed deadline)")
+    assert answered >= 0.95 * sim_steps, (answered, sim_steps)  # the echoed stamps match
     assert sim_steps * dt >= SIM_SECONDS
     assert actions >= 0.95 * sim_steps, (actions, sim_steps)  # one command per joint state
     assert rejected == 0 and safe == 0

@@ -209,7 +209,8 @@ def realtime_mjcf_graph(tmp_path: Path, mjcf: str) -> list[NodeSpec]:
             "env_id": str(model), "mode": "realtime", "rate_hz": 100.0, "publish_replay": False}),
         NodeSpec("actor", "actor", parameters={
             "mode": "deploy", "model": str(policy), "subscribe_policy": False, "joints": ["hinge"],
-            "observation_topic": "/joint_states", "rate_hz": 50.0, "command_qos": "reliable"}),
+            "observation_topic": "/joint_states", "rate_hz": 50.0, "command_qos": "reliable",
+            "echo_sequence": True}),
     ]
 
 
@@ -233,8 +234,50 @@ def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain
     # A step is fresh only if a command came since the last one, so held >= steps - actions (less
     # the few steps before the first command); about every other step here.
     assert 0 < held < steps and held >= steps - actions - 25, (held, steps, actions)
+    # The actor echoes the stamp of the joint state it answers: a held step applies a command that
+    # answers an older observation, so stale >= held; every step after the first command is matched.
+    assert held <= bridge.stale <= bridge.answered and bridge.answered >= steps - 25, \
+        (held, bridge.stale, bridge.answered, steps)
     np.testing.assert_allclose(applied, [0.5], rtol=1e-6)  # 0.25 in [-1, 1] units of [-2, 2]
     assert abs(angle) > 1e-3  # the motor turned the pole
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_realtime_bridge_counts_commands_that_answer_an_older_observation(ros_domain_id, ros_node, lag):
+    """A controller that answers each joint state at once with the stamp of the one `lag` before:
+    with lag 1 every command comes in time (``held`` stays near 0) yet is one step stale, which
+    only the echoed stamp shows (``stale`` == ``answered``); with lag 0 almost none is stale."""
+    from sensor_msgs.msg import JointState
+
+    from opolo_ros.ros import latency
+
+    node, executor = ros_node("lagging_controller")
+    command = m.action_to_msg([0.0])
+    echo = latency.SequenceEcho(command)
+    stamps: list[int] = []
+    publisher = node.create_publisher(Float64MultiArray, "/action", qos_for("action"))
+
+    def answer(msg: JointState) -> None:
+        stamps.append(latency.stamp_sequence(msg.header.stamp))
+        if len(stamps) > lag:
+            echo.set(stamps[-1 - lag])
+            publisher.publish(command)
+
+    node.create_subscription(JointState, "/joint_states", answer, qos_for("joint_states"))
+    bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": ENV, "mode": "realtime", "rate_hz": 50.0, "publish_replay": False,
+        "max_episode_steps": 10_000, "joint_states_topic": "/joint_states"})
+    with GraphRunner([bridge_spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        assert spin_until([graph.executor, executor], lambda: bridge.answered >= 100, 20.0), \
+            (bridge.steps, bridge.answered)
+        steps, held, stale, answered = bridge.steps, bridge.held, bridge.stale, bridge.answered
+    assert answered >= steps - 10, (answered, steps)  # all matched, after the first command
+    if lag:
+        assert stale == answered and held < answered / 2, (stale, held, answered)
+        assert bridge.max_lag >= 1
+    else:
+        assert stale < answered / 2 and stale >= held, (stale, held, answered)
 
 
 def test_bridge_survives_a_diverging_simulation(tmp_path, ros_domain_id):

@@ -149,6 +149,7 @@ class Actor(FinishableNode):
         self._last_obs_key: bytes | None = None
         self._last_action_msg: Float64MultiArray | None = None
         self._latest_obs: np.ndarray | None = None
+        self._latest_seq: int | None = None  # echo_sequence: the tag of _latest_obs
         self._last_obs_time = time.monotonic()  # no observation yet: stale after the timeout
         self._command: CommandBuffer | None = None
         self._spec = (m.ObservationSpec(tuple(p["joints"]), tuple(p["joint_fields"]))
@@ -444,7 +445,7 @@ class Actor(FinishableNode):
         except m.MessageError as err:
             self._reject(err)
             return
-        self._handle(obs, None, start)
+        self._handle(obs, latency.stamp_sequence(msg.header.stamp) if self.echo else None, start)
 
     def _reject(self, err: m.MessageError) -> None:
         """Drop a bad observation: count it, publish the count, log (throttled)."""
@@ -466,7 +467,7 @@ class Actor(FinishableNode):
         if self.stale:
             self._recover()
         if self.rate_hz > 0:
-            self._latest_obs = obs
+            self._latest_obs, self._latest_seq = obs, seq
             return
         if self.mode == "train":
             self._respond_train(obs)
@@ -494,7 +495,7 @@ class Actor(FinishableNode):
             if action is not None:
                 self._publish(m.action_to_msg(action))
         else:
-            self._respond_deploy(latest, None, now)
+            self._respond_deploy(latest, self._latest_seq, now)
         self._ticks += 1
 
     def _on_watchdog(self) -> None:

@@ -83,8 +83,10 @@ PARAMETERS: dict[str, tuple] = {
                                        "them on the executor thread"),
     "stats_file": ("", "write control-path statistics (inference and callback time percentiles, "
                        "GC pauses, counters) as JSON to this file on exit; '' = none"),
-    "echo_sequence": (False, "benchmarks: copy an observation's ('seq', n, 0) layout dim into the "
-                             "command's layout (bench/latency.py)"),
+    "echo_sequence": (False, "benchmarks: copy an observation's ('seq', n, 0) layout dim (for a "
+                             "JointState: its stamp in us, mod 2**32) into the command's layout, "
+                             "to match commands to observations (bench/latency.py, the sim bridge's "
+                             "'stale' count)"),
 }
 
 

@@ -52,7 +52,12 @@ Real time (``mode: realtime``)
     timer that much faster than real time (60 s of simulated time in 30 s with 2), for tests.
     ``held`` counts the steps, after the first command, that found no new command since the
     previous step (a controller meant to answer every step missed its deadline), logged at most
-    every ``report_period_s``.
+    every ``report_period_s``. ``held`` misses a command that comes late by more than a step: it
+    is new at the step after, and applied there one step stale. A controller that echoes the
+    ``/joint_states`` stamp in its command's layout (the actor's ``echo_sequence``) lets the bridge
+    tell: ``answered`` counts the steps whose command names the observation it answers, ``stale``
+    those of them whose command answers an older observation than the newest one published
+    (held steps included), ``max_lag`` the most steps such a command was behind.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, Int64, Int64MultiArray
 
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
+from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
 from opolo_ros.sim.tasks import control_period, joint_layout, make_task_env
@@ -76,6 +82,7 @@ POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
 EPISODE_RETURN_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MODES = ("lockstep", "realtime")
+TAGS_KEPT = 1000  # realtime: published observations a command can still be matched to
 
 
 PARAMETERS: dict[str, tuple] = {
@@ -147,6 +154,12 @@ class SimBridge(FinishableNode):
         self.waits = 0  # times the bridge had to wait for the learner
         self.resent = 0  # replay batches published again for a restarted learner
         self.held = 0  # realtime: steps after the first command that got no new one (missed deadline)
+        self.answered = 0  # realtime: steps whose command names the observation it answers
+        self.stale = 0  # realtime: ... and it is not the newest one published (late by >= 1 step)
+        self.max_lag = 0  # realtime: most steps between the observation answered and the newest
+        self._published_tags: dict[int, int] = {}  # JointState stamp tag -> steps done when published
+        self._tag_order: deque[int] = deque()
+        self._answers: int | None = None  # the observation (steps done) the newest command answers
         self._unacked: deque[tuple[int, Float32MultiArray]] = deque()  # (seq, msg), flow control only
         self._last_progress = time.monotonic()
         self._last_ack_move = self._last_progress  # when the ack last moved, or batches were re-sent
@@ -218,6 +231,7 @@ class SimBridge(FinishableNode):
 
     # ------------------------------------------------------------------ subscriptions
     def _on_action(self, msg: Float64MultiArray) -> None:
+        tag = latency.pop_sequence(msg)  # a controller's echo of the observation it answers
         try:
             action = m.msg_to_action(msg, self.act_dim)
         except m.MessageError as err:
@@ -226,6 +240,7 @@ class SimBridge(FinishableNode):
         if self.mode == "realtime":
             self._latest_action = action
             self._fresh_action = self._commanded = True
+            self._answers = None if tag is None else self._published_tags.get(tag)
             return
         if not self._waiting_action:
             return  # a duplicate answer to an observation already stepped
@@ -412,7 +427,16 @@ class SimBridge(FinishableNode):
         data = self.env.unwrapped.data
         msg = m.joint_state_msg(self.joint_names, data.qpos[self._qpos], data.qvel[self._qvel],
                                 stamp=self.get_clock().now().to_msg())
+        if self.mode == "realtime":
+            self._remember_tag(latency.stamp_sequence(msg.header.stamp))
         self.joint_pub.publish(msg)
+
+    def _remember_tag(self, tag: int) -> None:
+        """Which observation a command answers, for the newest TAGS_KEPT published ones."""
+        self._published_tags[tag] = self.steps
+        self._tag_order.append(tag)
+        if len(self._tag_order) > TAGS_KEPT:
+            self._published_tags.pop(self._tag_order.popleft(), None)
 
     # ------------------------------------------------------------------ real time
     def _realtime_step(self) -> None:
@@ -424,6 +448,15 @@ class SimBridge(FinishableNode):
             self.held += 1
             self.get_logger().info(f"{self.held} of {self.steps} steps found no new command (held the "
                                    "previous one)", throttle_duration_sec=self.report_period)
+        if self._commanded and self._answers is not None:
+            self.answered += 1
+            lag = self.steps - self._answers  # the newest observation is the one after self.steps steps
+            if lag > 0:
+                self.stale += 1
+                self.max_lag = max(self.max_lag, lag)
+                self.get_logger().info(f"{self.stale} of {self.answered} steps applied a command that "
+                                       "answers an older observation than the newest",
+                                       throttle_duration_sec=self.report_period)
         self._fresh_action = False
         self._step(self._latest_action)
         self._publish_observation()

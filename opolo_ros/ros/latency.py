@@ -8,8 +8,11 @@ Sequence tags (matching an action to the observation it answers)
     decoder and the policy see a standard observation and the data are untouched, and appends the
     same dim to its command's layout (``NO_SEQUENCE`` on a command that answers no observation,
     such as the watchdog's). The driver keeps the send time of every ``n`` and matches the
-    command's tag against it. Echoing is for measurement only: a command with the tag has two dims,
-    which the sim bridge's decoder refuses.
+    command's tag against it. A ``sensor_msgs/JointState`` observation has a header: its tag is
+    its stamp in microseconds, modulo 2**32 (:func:`stamp_sequence`), so a robot's own
+    ``/joint_states`` can be matched without changing them. Echoing is for measurement only; the
+    sim bridge pops the tag off a command before decoding it (a ros2_control forward command
+    controller reads only ``data`` and ignores the layout).
 
 Durations
     :class:`DurationLog` keeps the newest durations (ns) in a preallocated ring buffer: recording is
@@ -48,6 +51,15 @@ def pop_sequence(msg: Any) -> int | None:
     if dims and dims[-1].stride == 0 and dims[-1].label == SEQ_LABEL:
         return int(dims.pop().size)
     return None
+
+
+def stamp_sequence(stamp: Any) -> int:
+    """The tag of a stamped message (``builtin_interfaces/Time``): its time in us, modulo 2**32.
+
+    Unique for 71 minutes at any rate up to 1 MHz; `NO_SEQUENCE` (one value in 2**32) is skipped.
+    """
+    tag = (stamp.sec * 1_000_000 + stamp.nanosec // 1000) & 0xFFFFFFFF
+    return tag - 1 if tag == NO_SEQUENCE else tag
 
 
 def read_sequence(msg: Any) -> int | None:
