@@ -30,6 +30,8 @@ the actor's own version instead: the actor receives and decodes each one but its
 which separates the cost of receiving a policy from the cost of loading it. ``--rounds R``
 measures the systems in turn R times (for comparisons under a drifting background load);
 ``--driver-priority 80`` runs the driver SCHED_FIFO, as a robot's controller thread would.
+``--learner-cpus 0`` pins the learner (every thread) to those cores and ``--driver-cpus 1`` the
+driver, so that with ``actor[cpu_affinity=[1]]`` the control path has a core of its own.
 ``--max-steal 4`` leaves out of the statistics every window in which the VM's host took more than
 4 % of the CPU time (steal time, from ``/proc/stat``) and measures that system again, up to
 ``--retries`` times: such a window measures the host, not the system (kept in ``per_window``).
@@ -497,7 +499,7 @@ def serve_policies() -> int:
 
 # ------------------------------------------------------------------------------------- learner
 
-def start_learner(workdir: Path) -> subprocess.Popen:
+def start_learner(workdir: Path, cpus: list[int] | None = None) -> subprocess.Popen:
     run_dir = workdir / "learner_run"
     big = str(10**9)
     command = [sys.executable, "-m", "opolo_ros.cli", "train", "--config",
@@ -505,7 +507,8 @@ def start_learner(workdir: Path) -> subprocess.Popen:
                "--total-steps", big, "--set", f"eval_every={big}", "--set", f"checkpoint_every={big}",
                "--set", f"export_every={big}", "--set", "torch_threads=1"]
     log = (workdir / "learner.log").open("w")
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # threads started later inherit it
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=pin)
 
 
 def stop_learner(proc: subprocess.Popen) -> None:
@@ -623,6 +626,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--driver-priority", type=int, default=0,
                         help="SCHED_FIFO priority of the driver process (as a robot driver would run); "
                              "0 = the normal scheduler")
+    parser.add_argument("--learner-cpus", type=int, nargs="+", default=None,
+                        help="pin the learner (--with-learner) to these cores")
+    parser.add_argument("--driver-cpus", type=int, nargs="+", default=None,
+                        help="pin the driver process (every thread) to these cores")
     parser.add_argument("--max-steal", type=float, default=float("inf"),
                         help="percent of steal time above which a window measured the host rather "
                              "than the system: it is left out of the statistics (kept in per_window) "
@@ -657,13 +664,13 @@ def main(argv: list[str] | None = None) -> int:
     learner, learner_info = None, None
     with tempfile.TemporaryDirectory(prefix="opolo_latency_") as tmp, runtime.ros_context(args=[]) as ctx:
         workdir = Path(tmp)
-        if args.driver_priority:
+        if args.driver_priority or args.driver_cpus:
             from opolo_ros.nodes.actor_runtime import tune_process
 
-            tune_process([], args.driver_priority)  # after init: the DDS threads exist
+            tune_process(args.driver_cpus or [], args.driver_priority)  # after init: the DDS threads exist
         try:
             if args.with_learner:
-                learner = start_learner(workdir)
+                learner = start_learner(workdir, args.learner_cpus)
                 time.sleep(args.learner_lead)
                 learner_cpu0, learner_wall0 = latency.process_cpu_seconds(learner.pid), time.monotonic()
             windows: dict[str, list[Window]] = {s.name: [] for s in systems}
