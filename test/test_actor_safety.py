@@ -436,6 +436,9 @@ def test_sequence_tag_round_trip_and_duration_log():
     latency.tag_sequence(obs, 41)
     assert latency.read_sequence(obs) == 41
     assert latency.pop_sequence(obs) == 41 and latency.pop_sequence(obs) is None
+    from sensor_msgs.msg import JointState
+
+    assert latency.pop_sequence(JointState()) is None  # not a multi-array: left to its decoder
     assert m.msg_to_observation(obs, 4).shape == (4,)  # a standard observation again
     command = m.action_to_msg(np.zeros(1))
     echo = latency.SequenceEcho(command)

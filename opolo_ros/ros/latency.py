@@ -46,8 +46,10 @@ def tag_sequence(msg: Any, seq: int) -> None:
 
 
 def pop_sequence(msg: Any) -> int | None:
-    """Remove a trailing ``("seq", n, 0)`` dim from `msg`'s layout and return n (None if absent)."""
-    dims = msg.layout.dim
+    """Remove a trailing ``("seq", n, 0)`` dim from `msg`'s layout and return n (None if absent,
+    or if `msg` is no multi-array: the decoder that comes next rejects it)."""
+    layout = getattr(msg, "layout", None)
+    dims = getattr(layout, "dim", None)
     if dims and dims[-1].stride == 0 and dims[-1].label == SEQ_LABEL:
         return int(dims.pop().size)
     return None
