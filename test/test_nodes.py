@@ -223,6 +223,8 @@ def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain
     with GraphRunner(realtime_mjcf_graph(tmp_path, MJCF), ros_domain_id) as graph:
         bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
         start = time.monotonic()
+        assert graph.spin_until(lambda: bridge.answered > 0, timeout_s=10.0)
+        before_first = bridge.steps - bridge.answered  # steps before the first command
         assert graph.spin_until(lambda: time.monotonic() - start > 2.0 and actor.actions > 20, timeout_s=10.0)
         elapsed = time.monotonic() - start
         steps, actions, held = bridge.steps, actor.actions, bridge.held
@@ -236,8 +238,8 @@ def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain
     assert 0 < held < steps and held >= steps - actions - 25, (held, steps, actions)
     # The actor echoes the stamp of the joint state it answers: a held step applies a command that
     # answers an older observation, so stale >= held; every step after the first command is matched.
-    assert held <= bridge.stale <= bridge.answered and bridge.answered >= steps - 25, \
-        (held, bridge.stale, bridge.answered, steps)
+    assert held <= bridge.stale <= bridge.answered == steps - before_first, \
+        (held, bridge.stale, bridge.answered, steps, before_first)
     np.testing.assert_allclose(applied, [0.5], rtol=1e-6)  # 0.25 in [-1, 1] units of [-2, 2]
     assert abs(angle) > 1e-3  # the motor turned the pole
 
@@ -269,10 +271,12 @@ def test_realtime_bridge_counts_commands_that_answer_an_older_observation(ros_do
         "max_episode_steps": 10_000, "joint_states_topic": "/joint_states"})
     with GraphRunner([bridge_spec], ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
-        assert spin_until([graph.executor, executor], lambda: bridge.answered >= 100, 20.0), \
-            (bridge.steps, bridge.answered)
+        executors = [graph.executor, executor]
+        assert spin_until(executors, lambda: bridge.answered > 0, 20.0), bridge.steps
+        before_first = bridge.steps - bridge.answered  # steps before the first command
+        assert spin_until(executors, lambda: bridge.answered >= 100, 20.0), (bridge.steps, bridge.answered)
         steps, held, stale, answered = bridge.steps, bridge.held, bridge.stale, bridge.answered
-    assert answered >= steps - 10, (answered, steps)  # all matched, after the first command
+    assert answered == steps - before_first, (answered, steps, before_first)  # each after the first command
     if lag:
         assert stale == answered and held < answered / 2, (stale, held, answered)
         assert bridge.max_lag >= 1
