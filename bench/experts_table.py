@@ -9,6 +9,7 @@ are listed next to them, and a task without an expert is listed as missing.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -64,5 +65,12 @@ def main(root: Path = ROOT) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--root", type=Path, default=ROOT,
+                   help="project folder holding models/ (default: this checkout)")
+    return main(p.parse_args(argv).root)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -1,4 +1,4 @@
-"""`opolo-ros` command: train | train-expert | evaluate | export | record | launch | queue.
+"""`opolo-ros` command: train | train-expert | evaluate | export | record | launch | queue | bench.
 
 Every command gives a one-line error and exit status 2 on bad input (missing or corrupt files,
 bad YAML, unknown or wrong-typed keys, models of the wrong dimensions), never a traceback.
@@ -7,6 +7,7 @@ bad YAML, unknown or wrong-typed keys, models of the wrong dimensions), never a 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -165,6 +166,21 @@ def cmd_queue(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """List the bench scripts, or replace this process with one (signals and exit status are the
+    script's own: a stopped run writes its checkpoint as when started directly)."""
+    from opolo_ros import bench_scripts
+
+    if args.name is None:
+        print(bench_scripts.listing())
+        return 0
+    script = bench_scripts.resolve(args.name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, str(script), *args.arguments])
+    return 1  # not reached
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opolo-ros", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -233,6 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("--status", action="store_true",
                     help="print each job's state and last progress line, run nothing")
     qu.set_defaults(func=cmd_queue)
+
+    be = sub.add_parser("bench", help="run a benchmark script of bench/ by name (none: list them)")
+    be.add_argument("name", nargs="?", help="script, e.g. throughput, latency, suite")
+    be.add_argument("arguments", nargs=argparse.REMAINDER, metavar="...",
+                    help="the script's own arguments (`opolo-ros bench NAME --help`)")
+    be.set_defaults(func=cmd_bench)
     return p
 
 
@@ -242,8 +264,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         return func(args)
     except BrokenPipeError:  # output piped into `head` and the like: not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0
     except (ValueError, FileNotFoundError, OSError) as exc:

@@ -67,5 +67,27 @@ def test_bench_scripts_help() -> None:
              for mode in found.group(1).split(",")]
     assert modes  # fault_tolerance.py and graph_vs_direct.py have modes
     failures = [f"{' '.join(argv)} --help: {out.strip().splitlines()[-1:]}"
-                for argv, status, out in results + _help(modes) if status != 0]
-    assert not failures, failures
+                for argv, status, out in results + _help(modes) if status != 0 or "usage:" not in out]
+    assert not failures, failures  # "usage:" missing: the script ignored --help and ran
+
+
+def test_opolo_ros_bench_lists_resolves_and_runs_the_scripts(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from opolo_ros import bench_scripts, cli
+
+    assert cli.main(["bench"]) == 0
+    listed = capsys.readouterr().out
+    for name in ("throughput", "latency", "suite", "ship_expert"):
+        assert re.search(rf"^  {name} +\S", listed, re.MULTILINE), name
+    assert cli.main(["bench", "thruput"]) == 2
+    assert "did you mean 'throughput'" in capsys.readouterr().err
+    (tmp_path / "helper.py").write_text('"""A module, not a script."""\nX = 1\n')
+    (tmp_path / "run_me.py").write_text('"""Runs.\n\nMore."""\nif __name__ == "__main__":\n    pass\n')
+    assert bench_scripts.scripts(tmp_path) == {"run_me": "Runs."}
+    assert bench_scripts.resolve("run_me.py", tmp_path) == tmp_path / "run_me.py"
+    with pytest.raises(FileNotFoundError, match="source checkout"):
+        bench_scripts.resolve("run_me", tmp_path / "absent")
+    # The process becomes the script: its own --help, its exit status.
+    run = subprocess.run([sys.executable, "-m", "opolo_ros.cli", "bench", "experts_table", "--help"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("usage: experts_table.py"), run.stderr
