@@ -2,8 +2,8 @@
 
 The scripts live in ``bench/`` next to the package (they are not installed: an installed package
 has no ``bench/``, and the command says so). Each one is a script with ``--help``; this module only
-finds them, lists them with the first line of their docstring (read with ``ast``, nothing is
-imported) and resolves a name, suggesting the closest one for a typo.
+finds them, lists them with the first paragraph of their docstring (read with ``ast``, nothing
+is imported) and resolves a name, suggesting the closest one for a typo.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import difflib
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+SUMMARY_WIDTH = 110
 
 
 def _is_script(tree: ast.Module) -> bool:
@@ -34,9 +35,14 @@ def scripts(folder: Path = BENCH_DIR) -> dict[str, str]:
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue
         if _is_script(tree):
-            doc = ast.get_docstring(tree) or ""
-            found[path.stem] = doc.strip().splitlines()[0] if doc.strip() else ""
+            found[path.stem] = summary(ast.get_docstring(tree) or "")
     return found
+
+
+def summary(doc: str, width: int = SUMMARY_WIDTH) -> str:
+    """The docstring's first paragraph on one line, cut to `width` characters."""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    return text if len(text) <= width else text[:width - 3].rstrip() + "..."
 
 
 def resolve(name: str, folder: Path = BENCH_DIR) -> Path:

@@ -84,6 +84,7 @@ def test_opolo_ros_bench_lists_resolves_and_runs_the_scripts(tmp_path: Path,
     (tmp_path / "helper.py").write_text('"""A module, not a script."""\nX = 1\n')
     (tmp_path / "run_me.py").write_text('"""Runs.\n\nMore."""\nif __name__ == "__main__":\n    pass\n')
     assert bench_scripts.scripts(tmp_path) == {"run_me": "Runs."}
+    assert bench_scripts.summary("A long\n  first paragraph.\n\nNext.", width=15) == "A long first..."
     assert bench_scripts.resolve("run_me.py", tmp_path) == tmp_path / "run_me.py"
     with pytest.raises(FileNotFoundError, match="source checkout"):
         bench_scripts.resolve("run_me", tmp_path / "absent")
