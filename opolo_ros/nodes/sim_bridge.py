@@ -157,8 +157,7 @@ class SimBridge(FinishableNode):
         self.answered = 0  # realtime: steps whose command names the observation it answers
         self.stale = 0  # realtime: ... and it is not the newest one published (late by >= 1 step)
         self.max_lag = 0  # realtime: most steps between the observation answered and the newest
-        self._published_tags: dict[int, int] = {}  # JointState stamp tag -> steps done when published
-        self._tag_order: deque[int] = deque()
+        self._published_tags: dict[int, int] = {}  # JointState stamp tag -> steps done, oldest first
         self._answers: int | None = None  # the observation (steps done) the newest command answers
         self._unacked: deque[tuple[int, Float32MultiArray]] = deque()  # (seq, msg), flow control only
         self._last_progress = time.monotonic()
@@ -433,10 +432,10 @@ class SimBridge(FinishableNode):
 
     def _remember_tag(self, tag: int) -> None:
         """Which observation a command answers, for the newest TAGS_KEPT published ones."""
-        self._published_tags[tag] = self.steps
-        self._tag_order.append(tag)
-        if len(self._tag_order) > TAGS_KEPT:
-            self._published_tags.pop(self._tag_order.popleft(), None)
+        tags = self._published_tags
+        tags[tag] = self.steps
+        if len(tags) > TAGS_KEPT:
+            del tags[next(iter(tags))]  # dicts keep insertion order: the oldest
 
     # ------------------------------------------------------------------ real time
     def _realtime_step(self) -> None:
