@@ -121,7 +121,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     from opolo_ros.data.bags import write_demonstrations
     from opolo_ros.export.onnx_policy import load_policy
     from opolo_ros.sim.envs import check_policy_fits
-    from opolo_ros.sim.rollout import rollout_episodes
+    from opolo_ros.sim.rollout import complete_episodes, rollout_episodes
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
@@ -134,11 +134,18 @@ def cmd_record(args: argparse.Namespace) -> int:
     if output.exists():
         raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "
                               "(choose another --output or remove it)")
-    episodes = rollout_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,
-                                time_feature=time_feature)
+    metadata = {"env_id": env_id, "expert": model.name, "seed": args.seed, "source": "opolo-ros record"}
+    if args.skip_terminated:
+        episodes, skipped = complete_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,
+                                              time_feature=time_feature)
+        metadata["skipped_terminated_seeds"] = skipped  # the episodes left out, for the record
+        if skipped:
+            print(f"{env_id}: skipped {len(skipped)} episode(s) that ended by termination (seeds {skipped})")
+    else:
+        episodes = rollout_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,
+                                    time_feature=time_feature)
     returns = np.array([ep.ret for ep in episodes])
-    path = write_demonstrations(output, episodes, storage=args.storage, metadata={
-        "env_id": env_id, "expert": model.name, "seed": args.seed, "source": "opolo-ros record"})
+    path = write_demonstrations(output, episodes, storage=args.storage, metadata=metadata)
     print(f"{env_id}: {len(episodes)} expert episodes, return {returns.mean():.1f} +- {returns.std():.1f} "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), "
           f"{sum(len(ep.obs) - 1 for ep in episodes)} transitions")
@@ -228,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
     rec.add_argument("--seed", type=int, default=0, help="episode k is reset with seed + k")
     rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    rec.add_argument("--skip-terminated", dest="skip_terminated", action="store_true",
+                     help="keep only episodes that reach the time limit (skip falls; their seeds go "
+                          "into the bag metadata); at most 5 tries per episode")
     rec.add_argument("--time-feature", dest="time_feature", choices=("auto", "on", "off"), default="auto",
                      help="whether the expert sees the time feature (auto: the model's metadata); "
                           "the bag stores the env's observations without it")

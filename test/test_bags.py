@@ -17,6 +17,7 @@ from opolo_ros.data.bags import BagError, read_bag_metadata, read_demonstrations
 from opolo_ros.data.demos import Episode, load_episodes
 
 TS = get_typestore(Stores.ROS2_KILTED)
+IP_EXPERT = Path(__file__).resolve().parents[1] / "models" / "experts" / "InvertedPendulum-v5.onnx"
 F32 = "std_msgs/msg/Float32MultiArray"
 F64 = "std_msgs/msg/Float64MultiArray"
 JS = "sensor_msgs/msg/JointState"
@@ -366,6 +367,47 @@ def test_cli_record_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "refusing to overwrite" in err and err.count("\n") == 1
+
+
+def test_complete_episodes_skips_falls_and_records_their_seeds() -> None:
+    import itertools
+
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.rollout import complete_episodes
+
+    expert = load_policy(IP_EXPERT)
+    calls = itertools.count()  # full push for the first 4 steps: the first episode falls at step 3
+
+    def clumsy(obs: np.ndarray) -> np.ndarray:
+        return np.array([3.0], dtype=np.float32) if next(calls) < 4 else expert(obs)
+
+    kept, skipped = complete_episodes(clumsy, "InvertedPendulum-v5", 2, seed=5)
+    assert skipped == [5]
+    assert [ep.meta["seed"] for ep in kept] == [6, 7]
+    assert all(not ep.meta["terminated"] and len(ep.obs) == 1001 and ep.ret == 1000.0 for ep in kept)
+    with pytest.raises(ValueError, match=r"only 0 of 3 InvertedPendulum-v5 episodes \(seeds 1..3\)"):
+        complete_episodes(lambda o: np.array([3.0]), "InvertedPendulum-v5", 2, seed=1, max_tries=3)
+
+
+def test_cli_record_skip_terminated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "demos"
+    argv = ["record", "--model", str(IP_EXPERT),
+            "--episodes", "2", "--output", str(out), "--skip-terminated"]
+    assert cli.main(argv) == 0
+    assert json.loads(read_bag_metadata(out)["skipped_terminated_seeds"]) == []  # this expert never falls
+    assert [len(ep.obs) for ep in load_episodes(out)] == [1001, 1001]
+    # a policy that always falls: one-line error, exit 2, no bag
+    from opolo_ros.algo.networks import Actor
+    from opolo_ros.export.onnx_policy import export_policy
+
+    falling = export_policy(Actor(4, 1, (16, 16)), tmp_path / "falling.onnx", action_low=[-3],
+                            action_high=[3], metadata={"env_id": "InvertedPendulum-v5"})
+    argv = ["record", "--model", str(falling), "--episodes", "1", "--output", str(tmp_path / "none"),
+            "--skip-terminated"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "reached the time limit without terminating" in err and err.count("\n") == 1
+    assert not (tmp_path / "none").exists()
 
 
 def robot_bag(path: Path) -> tuple[Path, np.ndarray]:

@@ -77,6 +77,13 @@ def test_below_target_ships_nothing(project: Path, monkeypatch: pytest.MonkeyPat
     assert not (project / "models").exists()
     assert not (project / "bench").exists()
 
+    # --below-target ships it, and the table says so.
+    assert _ship(project, "--below-target") == 0
+    assert "1000.0, BELOW the target 1001" in capsys.readouterr().out
+    table = (project / "models" / "experts" / "README.md").read_text()
+    assert f"| {TASK} | >= 1001 | 1000.0 +- 0.0 (below target) |" in table
+    assert len(load_episodes(project / "models" / "demos" / TASK)) == 4
+
 
 def test_bad_candidates_exit_2(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert ship_expert.main(["--task", "Hopper-v5", "--root", str(project),
