@@ -15,8 +15,9 @@ The JointState observation is ``joints`` x ``joint_fields`` (default: the positi
 then their velocities) and must be the model's whole input, ``obs_dim`` values: InvertedPendulum's
 is qpos then qvel of (slider, hinge), 4 values. The actor refuses to start otherwise. A policy
 trained with ``time_feature: true`` (its last input is 1 - t/T: the shipped Hopper, HalfCheetah,
-Walker2d and Ant experts, and OPOLO policies from every task file but the pendulums') gets that input from the actor's clock with ``time_feature_clock:=T`` (the training
-episode length, 1000 for the Gymnasium tasks); the observation then holds the other values. A task
+Walker2d and Ant experts, and OPOLO policies from every task file but the pendulums') gets that
+input from the actor's clock with ``time_feature_clock:=T`` (the training episode length, 1000 for
+the Gymnasium tasks); the observation then holds the other values. A task
 whose observation is not of the JointState form (Hopper-v5: qpos[1:], 5 values, and qvel, 6) needs
 Float32MultiArray observations in the policy's order.
 
