@@ -27,6 +27,8 @@ ARGUMENTS = [
     LaunchArg("episodes", "4", "number of expert episodes to record"),
     LaunchArg("storage", "mcap", "rosbag2 storage plugin: mcap or sqlite3"),
     LaunchArg("seed", "0", "seed of the simulation (episode start states)"),
+    LaunchArg("skip_terminated", "false", "drop episodes that end by termination (a fall) and record "
+                                          "until 'episodes' reached the time limit"),
     LaunchArg("namespace", "", "namespace of the nodes (observation and action topics)"),
     LaunchArg("params_file", "", "ROS 2 parameter file; empty = the package's config/<task>.yaml, if any"),
     LaunchArg("time_feature", "auto", "whether the expert sees the time feature 1 - t/T: auto = "
@@ -65,7 +67,8 @@ def describe(args: dict) -> list:
         NodeSpec("demo_recorder", "demo_recorder", namespace=ns, exit_ends_launch=True, parameters={
             **node_parameters(params_file, "demo_recorder", ns), "output": output,
             "episodes": int(args["episodes"]), "storage": args["storage"], "env_id": env,
-            "expert": model.rsplit("/", 1)[-1], "drop_time_feature": time_feature}),
+            "expert": model.rsplit("/", 1)[-1], "drop_time_feature": time_feature,
+            "skip_terminated": yaml_value(args["skip_terminated"])}),
     ]
 
 

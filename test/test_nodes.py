@@ -128,6 +128,32 @@ def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domai
     assert episodes[0].ret == 2.0
 
 
+
+def test_recorder_skips_episodes_that_end_by_termination(tmp_path, ros_domain_id, ros_node):
+    """skip_terminated: a fall is no demonstration; the recorder waits for one at the time limit."""
+    from opolo_ros.data.bags import read_bag_metadata
+
+    recorder = NodeSpec("demo_recorder", "demo_recorder", parameters={
+        "output": str(tmp_path / "bag"), "episodes": 1, "skip_terminated": True})
+    obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # s0 s1 s2 fall; s3 s4 s5 reach the time limit
+    fell = m.replay_to_msg(obs[:2], np.zeros((2, 1)), obs[1:3], np.ones(2), np.array([0.0, 1.0]),
+                           np.zeros(2), seq=0, source=7)
+    ended = m.replay_to_msg(obs[3:5], np.zeros((2, 1)), obs[4:6], np.full(2, 2.0), np.zeros(2),
+                            np.array([0.0, 1.0]), seq=1, source=7)
+    with GraphRunner([recorder], ros_domain_id) as graph:
+        node, executor = ros_node("replay_source")
+        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+        recorder_node = graph.nodes["demo_recorder"]
+        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder_node), 10.0)
+        pub.publish(fell)
+        pub.publish(ended)
+        assert spin_until([executor, graph.executor], recorder_node.finished.is_set, timeout_sec=10.0)
+        episodes = recorder_node.episodes
+    assert len(episodes) == 1 and recorder_node.skipped == 1
+    np.testing.assert_array_equal(episodes[0].obs, obs[3:])
+    assert episodes[0].ret == 4.0
+    assert read_bag_metadata(tmp_path / "bag")["skipped_terminated"] == "1"
+
 @pytest.mark.parametrize("decode_in_loader", [True, False])
 def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node, decode_in_loader):
     """Policies arrive mid-run on /opolo/policy; a mismatched one and messages holding no policy

@@ -10,7 +10,10 @@ Each finished episode is published at once on ``/opolo/demonstrations`` (transie
 learner can train from a live recording); after ``episodes`` episodes the bag is written with
 ``opolo_ros.data.bags.write_demonstrations`` (MCAP by default, or sqlite3) and the node is
 finished, which ends ``record_expert.launch.py``. Transitions of other replay sources than the
-first one seen are ignored (one expert run per recording).
+first one seen are ignored (one expert run per recording). With ``skip_terminated`` an episode that
+ends by termination (a fall) rather than the time limit is no demonstration: it is dropped, logged,
+and counted in the bag's metadata (``skipped_terminated``), as ``opolo-ros record --skip-terminated``
+does.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ PARAMETERS: dict[str, tuple] = {
     "replay_topic": ("/opolo/replay", "replay stream to record"),
     "demonstrations_topic": ("/opolo/demonstrations", "publish each recorded episode here; empty = "
                                                       "do not publish"),
+    "skip_terminated": (False, "drop episodes that end by termination (a fall), keep recording until "
+                               "'episodes' reached the time limit"),
     "drop_time_feature": (False, "the replay observations end with the bridge's time feature "
                                  "(1 - t/T): store them without it, as the environment gives them "
                                  "(a learner with time_feature adds its own)"),
@@ -51,6 +56,7 @@ class DemoRecorder(FinishableNode):
         self.output = Path(p["output"])
         self.storage, self.target = p["storage"], p["episodes"]
         self.env_id, self.expert = p["env_id"], p["expert"]
+        self.skip_terminated, self.skipped = bool(p["skip_terminated"]), 0
         self._keep = slice(0, -1) if p["drop_time_feature"] else slice(None)  # of each state's values
         replay_topic, demo_topic = p["replay_topic"], p["demonstrations_topic"]
         if not str(self.output) or str(self.output) == ".":
@@ -93,7 +99,12 @@ class DemoRecorder(FinishableNode):
                 self._states.append(batch.obs[i, self._keep])
             self._states.append(batch.next_obs[i, self._keep])
             self._return += float(batch.reward[i])
-            if batch.terminated[i] or batch.truncated[i]:
+            if batch.terminated[i] and self.skip_terminated:
+                self.skipped += 1
+                self.get_logger().warning(f"skipped an episode that ended by termination after "
+                                          f"{len(self._states) - 1} steps ({self.skipped} so far)")
+                self._states, self._return = [], 0.0
+            elif batch.terminated[i] or batch.truncated[i]:
                 self._end_episode(bool(batch.terminated[i]))
                 if len(self.episodes) >= self.target:
                     self._write()
@@ -112,7 +123,9 @@ class DemoRecorder(FinishableNode):
     def _write(self) -> None:
         from opolo_ros.data.bags import write_demonstrations
 
-        metadata = {"source": "opolo_ros demo_recorder"}
+        metadata: dict[str, Any] = {"source": "opolo_ros demo_recorder"}
+        if self.skip_terminated:
+            metadata["skipped_terminated"] = self.skipped
         if self.env_id:
             metadata["env_id"] = self.env_id
         if self.expert:
