@@ -104,55 +104,51 @@ def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage, 
         assert got[k].episode_return == ep.ret
 
 
-def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domain_id, ros_node):
-    """A void replay step (the bridge's sim blew up) ends no demonstration: that episode is dropped."""
+def run_recorder(tmp_path, ros_domain_id, ros_node, batches, **params):
+    """A demo_recorder (1 episode, bag at tmp_path/bag) fed `batches` on /opolo/replay until it is
+    finished; returns the node."""
     recorder = NodeSpec("demo_recorder", "demo_recorder",
-                        parameters={"output": str(tmp_path / "bag"), "episodes": 1})
-    obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # states s0..s5; the sim resets to s3
-    diverged = m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:4], np.ones(3), np.zeros(3), np.zeros(3),
-                               seq=0, source=7, void=np.array([False, False, True]))  # s0 s1 s2 blew up
-    ended = m.replay_to_msg(obs[3:5], np.zeros((2, 1)), obs[4:6], np.ones(2), np.zeros(2),
-                            np.array([0.0, 1.0]), seq=1, source=7)  # s3 s4 s5, time limit
+                        parameters={"output": str(tmp_path / "bag"), "episodes": 1, **params})
     with GraphRunner([recorder], ros_domain_id) as graph:
         node, executor = ros_node("replay_source")
         pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
         recorder_node = graph.nodes["demo_recorder"]
         assert spin_until([executor, graph.executor], lambda: linked(pub, recorder_node), 10.0)
-        pub.publish(diverged)
-        pub.publish(ended)
-        done = graph.nodes["demo_recorder"].finished.is_set
-        assert spin_until([executor, graph.executor], done, timeout_sec=10.0)
-        episodes = graph.nodes["demo_recorder"].episodes
+        for batch in batches:
+            pub.publish(batch)
+        assert spin_until([executor, graph.executor], recorder_node.finished.is_set, timeout_sec=10.0)
+    return recorder_node
+
+
+def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domain_id, ros_node):
+    """A void replay step (the bridge's sim blew up) ends no demonstration: that episode is dropped."""
+    obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # states s0..s5; the sim resets to s3
+    diverged = m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:4], np.ones(3), np.zeros(3), np.zeros(3),
+                               seq=0, source=7, void=np.array([False, False, True]))  # s0 s1 s2 blew up
+    ended = m.replay_to_msg(obs[3:5], np.zeros((2, 1)), obs[4:6], np.ones(2), np.zeros(2),
+                            np.array([0.0, 1.0]), seq=1, source=7)  # s3 s4 s5, time limit
+    episodes = run_recorder(tmp_path, ros_domain_id, ros_node, [diverged, ended]).episodes
     assert len(episodes) == 1
     np.testing.assert_array_equal(episodes[0].obs, obs[3:])
     assert episodes[0].ret == 2.0
-
 
 
 def test_recorder_skips_episodes_that_end_by_termination(tmp_path, ros_domain_id, ros_node):
     """skip_terminated: a fall is no demonstration; the recorder waits for one at the time limit."""
     from opolo_ros.data.bags import read_bag_metadata
 
-    recorder = NodeSpec("demo_recorder", "demo_recorder", parameters={
-        "output": str(tmp_path / "bag"), "episodes": 1, "skip_terminated": True})
     obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # s0 s1 s2 fall; s3 s4 s5 reach the time limit
     fell = m.replay_to_msg(obs[:2], np.zeros((2, 1)), obs[1:3], np.ones(2), np.array([0.0, 1.0]),
                            np.zeros(2), seq=0, source=7)
     ended = m.replay_to_msg(obs[3:5], np.zeros((2, 1)), obs[4:6], np.full(2, 2.0), np.zeros(2),
                             np.array([0.0, 1.0]), seq=1, source=7)
-    with GraphRunner([recorder], ros_domain_id) as graph:
-        node, executor = ros_node("replay_source")
-        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
-        recorder_node = graph.nodes["demo_recorder"]
-        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder_node), 10.0)
-        pub.publish(fell)
-        pub.publish(ended)
-        assert spin_until([executor, graph.executor], recorder_node.finished.is_set, timeout_sec=10.0)
-        episodes = recorder_node.episodes
-    assert len(episodes) == 1 and recorder_node.skipped == 1
-    np.testing.assert_array_equal(episodes[0].obs, obs[3:])
-    assert episodes[0].ret == 4.0
+    recorder = run_recorder(tmp_path, ros_domain_id, ros_node, [fell, ended], skip_terminated=True)
+    assert len(recorder.episodes) == 1 and recorder.skipped == 1
+    np.testing.assert_array_equal(recorder.episodes[0].obs, obs[3:])
+    assert recorder.episodes[0].ret == 4.0
     assert read_bag_metadata(tmp_path / "bag")["skipped_terminated"] == "1"
+
+
 
 @pytest.mark.parametrize("decode_in_loader", [True, False])
 def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node, decode_in_loader):
