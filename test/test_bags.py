@@ -329,6 +329,54 @@ def test_error_joint_missing(tmp_path: Path) -> None:
         read_demonstrations(bag)
 
 
+def test_joint_state_default_order_is_the_first_messages_by_name(tmp_path: Path) -> None:
+    """Without `joints`, the first message's order is applied by name to the later messages."""
+    msgs = [(SEC, _joint_state(["a", "b"], [1, 2], [10, 20])),
+            (SEC + SEC // 50, _joint_state(["b", "a"], [2.5, 1.5], [25, 15]))]
+    (ep,) = read_demonstrations(_write_stream(tmp_path / "swap", {"/joint_states": (JS, msgs)}))
+    assert ep.obs.tolist() == [[1, 2, 10, 20], [1.5, 2.5, 15, 25]]
+    msgs[1] = (SEC + SEC // 50, _joint_state(["a", "c"], [1.5, 9], [15, 90]))  # b replaced by c
+    bag = _write_stream(tmp_path / "other", {"/joint_states": (JS, msgs)})
+    with pytest.raises(ValueError, match=r"message 1: joint\(s\) \['b'\] missing") as exc:
+        read_demonstrations(bag)
+    _one_line(exc)
+
+
+def test_error_duplicate_joint_names(tmp_path: Path) -> None:
+    msgs = [(SEC + k * SEC // 50, _joint_state(["a", "a"], [1, 2], [3, 4])) for k in range(3)]
+    bag = _write_stream(tmp_path / "dup", {"/joint_states": (JS, msgs)})
+    for joints in (None, ["a"]):
+        with pytest.raises(ValueError, match=r"message 0: duplicate joint names in the JointState"):
+            read_demonstrations(bag, joints=joints)
+
+
+def test_float64_demonstration_layout_and_float32_range(tmp_path: Path) -> None:
+    """A Float64MultiArray in the demonstration layout is read as episodes, not as a stream; a value
+    beyond float32 is refused, naming the message that holds it."""
+    from opolo_ros.data.bags import demonstration_layout
+
+    eps = _episodes(obs_dim=2, lengths=(3, 4))
+    cls, dim_cls = TS.types[F64], TS.types["std_msgs/msg/MultiArrayDimension"]
+    layout_cls = TS.types["std_msgs/msg/MultiArrayLayout"]
+
+    def f64_demo(k: int, ep: Episode):
+        dims, offset, data = demonstration_layout(ep.obs, ep.ret, k)
+        return cls(layout=layout_cls(dim=[dim_cls(label=lab, size=n, stride=st) for lab, n, st in dims],
+                                     data_offset=offset), data=data.astype(np.float64))
+
+    msgs = [(SEC + k * SEC, f64_demo(k, ep)) for k, ep in enumerate(eps)]
+    got = read_demonstrations(_write_stream(tmp_path / "demo64", {"/demos": (F64, msgs)}))
+    assert [ep.obs.tolist() for ep in got] == [ep.obs.tolist() for ep in eps]
+    assert got[0].ret == eps[0].ret and np.isnan(got[1].ret)
+    msgs[1][1].data[3] = 1e39
+    bag = _write_stream(tmp_path / "demo64_big", {"/demos": (F64, msgs)})
+    with pytest.raises(ValueError, match="message 1: an observation value exceeds the float32 range"):
+        read_demonstrations(bag)
+    stream = [(SEC + k * SEC // 100, _multiarray(F64, [0.0, 1e39 if k == 2 else 0.0])) for k in range(4)]
+    bag = _write_stream(tmp_path / "stream64_big", {"/obs": (F64, stream)})
+    with pytest.raises(ValueError, match="message 2: an observation value exceeds the float32 range"):
+        read_demonstrations(bag)
+
 def test_error_episode_shorter_than_two_states(tmp_path: Path) -> None:
     msgs = _stream(np.zeros((3, 2))) + _stream(np.ones((1, 2)), t0=5 * SEC)  # lone state after a gap
     bag = _write_stream(tmp_path / "short", {"/obs": (F32, msgs)})

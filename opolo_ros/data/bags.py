@@ -22,11 +22,13 @@ Reading (:func:`read_demonstrations`)
     span two bags). The topic is chosen as: the given `topic`; else ``/opolo/demonstrations`` if
     present; else the only ``Float32MultiArray``/``Float64MultiArray``/``JointState`` topic.
 
-    - Demonstration layout (dim labels ``steps, obs, episode``): one episode per message.
+    - Demonstration layout (dim labels ``steps, obs, episode``; ``Float32MultiArray`` as written,
+      or ``Float64MultiArray``): one episode per message.
     - Observation streams, one observation per message: ``Float32MultiArray`` /
       ``Float64MultiArray`` (observation = ``data[data_offset:]``), ``sensor_msgs/JointState``
       (``fields`` of ``joints`` in the given order: all positions, then all velocities, ...; the
-      message's own joint order is free; `joints` defaults to the first message's order), or any
+      message's own joint order is free; `joints` defaults to the first message's order, applied
+      by name to every later message; duplicate joint names in a message are an error), or any
       type with `obs_field` (dotted attribute paths whose numeric values are concatenated, e.g.
       ``("pose.pose", "twist.twist")`` for ``nav_msgs/Odometry``).
 
@@ -70,6 +72,7 @@ OBS_LABEL = "obs"
 EPISODE_LABEL = "episode"
 RESET_LABEL = "reset"
 DEFAULT_EPISODE_GAP_S = 0.5
+F32_MAX = float(np.finfo(np.float32).max)
 JOINT_FIELDS = ("position", "velocity", "effort")
 STORAGES = ("mcap", "sqlite3")
 FORMAT = "opolo_ros demonstration/1"
@@ -143,6 +146,8 @@ def _parse_demonstration(dims: list[tuple[str, int, int]], offset: int, data: np
     if not np.isfinite(obs).all():
         bad = int(np.flatnonzero(~np.isfinite(obs))[0])
         raise BagError(f"{where}: non-finite observation value (NaN or inf) at step {bad // obs_dim}")
+    if np.abs(obs).max() > F32_MAX:
+        raise BagError(f"{where}: an observation value exceeds the float32 range")
     return obs.reshape(steps, obs_dim).astype(np.float32), float(data[0]), int(episode)
 
 
@@ -329,8 +334,9 @@ def _flatten(value: Any, what: str) -> np.ndarray:
     raise BagError(f"{what} is not numeric (a {type(value).__name__})")
 
 
-def _observation(msg: Any, src: _Source, where: str) -> np.ndarray | None:
-    """One message -> observation (float64), or None for a reset marker."""
+def _observation(msg: Any, src: _Source, where: str, state: dict) -> np.ndarray | None:
+    """One message -> observation (float64), or None for a reset marker. Without `src.joints` the
+    first JointState's joint order is kept in `state` and applied to the later ones."""
     if src.obs_field is not None:
         parts = []
         for field in src.obs_field:
@@ -347,7 +353,9 @@ def _observation(msg: Any, src: _Source, where: str) -> np.ndarray | None:
         if not names or (src.reset_marker is not None and msg.header.frame_id == src.reset_marker):
             return None
         index = {n: i for i, n in enumerate(names)}
-        joints = src.joints if src.joints is not None else tuple(names)
+        if len(index) != len(names):
+            raise BagError(f"{where}: duplicate joint names in the JointState ({names})")
+        joints = src.joints if src.joints is not None else state.setdefault("joints", tuple(names))
         missing = [j for j in joints if j not in index]
         if missing:
             raise BagError(f"{where}: joint(s) {missing} missing from the JointState (it has {names})")
@@ -378,6 +386,8 @@ def _check_obs(obs: np.ndarray, state: dict, expected_obs_dim: int | None, where
                        f"{state['obs_dim']} (inconsistent)")
     if not np.isfinite(obs).all():
         raise BagError(f"{where}: observation contains NaN or inf")
+    if np.abs(obs).max(initial=0.0) > F32_MAX:
+        raise BagError(f"{where}: an observation value exceeds the float32 range")
 
 
 def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
@@ -441,12 +451,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
         if len(current) < 2:
             raise BagError(f"{bag}: {topic}: the episode at message {start_index} has 1 observation; "
                            "an episode needs at least 2 (T+1 >= 2)")
-        obs = np.asarray(current, dtype=np.float64)
-        with np.errstate(over="ignore"):
-            obs32 = obs.astype(np.float32)
-        if not np.isfinite(obs32).all():
-            raise BagError(f"{bag}: {topic}: an observation exceeds the float32 range "
-                           f"(episode at message {start_index})")
+        obs32 = np.asarray(current, dtype=np.float32)  # in range: _check_obs
         meta = dict(base_meta, start_message=start_index, messages=index - start_index)
         episodes.append(Episode(obs32, float("nan"), meta))
         current = []
@@ -455,7 +460,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
     for index, (_, t, raw) in enumerate(reader.messages(connections=conns)):
         where = f"{bag}: {topic} message {index}"
         msg = store.deserialize_cdr(raw, src.msgtype)
-        if src.msgtype == F32_ARRAY and src.obs_field is None:
+        if src.msgtype in (F32_ARRAY, F64_ARRAY) and src.obs_field is None:
             dims = [(d.label, int(d.size), int(d.stride)) for d in msg.layout.dim]
             is_demo = is_demonstration_layout(dims)
             if demo_mode is None:
@@ -469,7 +474,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
                 _check_obs(obs[0], state, expected_obs_dim, where)
                 episodes.append(Episode(obs, ret, dict(base_meta, episode=episode)))
                 continue
-        obs = _observation(msg, src, where)
+        obs = _observation(msg, src, where, state)
         if obs is None:  # reset marker
             close_episode(index)
             start_index, last_t = index + 1, None
