@@ -183,8 +183,9 @@ def test_float64_stream_and_topic_choice(tmp_path: Path) -> None:
                         storage="sqlite3")
     (ep,) = read_demonstrations(bag)  # the only observation-like topic is chosen
     assert np.array_equal(ep.obs, obs.astype(np.float32))
-    (ep,) = read_demonstrations(bag, topic="/state", expected_obs_dim=3)
-    assert ep.obs.shape == (4, 3)
+    for topic in ("/state", "state"):  # a relative name resolves in the root namespace
+        (ep,) = read_demonstrations(bag, topic=topic, expected_obs_dim=3)
+        assert ep.obs.shape == (4, 3) and ep.meta["topic"] == "/state"
 
 
 def test_joint_state_selection_in_policy_order(tmp_path: Path) -> None:

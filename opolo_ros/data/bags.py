@@ -406,6 +406,8 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
         topics = {name: info.msgtype or "<mixed types>" for name, info in reader.topics.items()}
         if topic is None:
             topic = state.get("topic") or _choose_topic(topics, bag)
+        if topic not in topics and not topic.startswith("/") and f"/{topic}" in topics:
+            topic = f"/{topic}"  # a relative name, resolved in the root namespace as ROS does
         if topic not in topics:
             listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
             raise BagError(f"{bag}: topic {topic!r} not in the bag (topics: {listing})")
