@@ -34,7 +34,15 @@ section), else the default each description names; given, they override the file
 List values are comma-separated (``safe_command:=0.0,0.0``).
 """
 
-from opolo_ros.launch_runner import LaunchArg, NodeSpec, launch_description, node_parameters, resolve_path
+from opolo_ros.launch_runner import (
+    LaunchArg,
+    NodeSpec,
+    arg_list,
+    arg_value,
+    launch_description,
+    node_parameters,
+    resolve_path,
+)
 
 ARGUMENTS = [
     LaunchArg("model", "", "ONNX policy to run (required)"),
@@ -80,32 +88,25 @@ FLOATS = ("rate_hz", "max_action_rate", "observation_timeout_s", "watchdog_rate_
 DEPLOY_DEFAULTS = {"rate_hz": 50.0, "command_qos": "reliable", "watch_model": False}
 
 
-def _numbers(text: str, kind: type) -> list:
-    try:
-        return [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
-
-
 def _given(args: dict) -> dict:
     """The arguments the user set (of those that default to the params file), as typed values."""
     out: dict = {}
     for name in FLOAT_LISTS:
         if args[name]:
-            out[name] = _numbers(args[name], float)
+            out[name] = arg_list(args, name, float)
     for name in FLOATS:
         if args[name]:
-            out[name] = float(args[name])
+            out[name] = arg_value(args, name, float)
     for name in ("executor", "command_qos"):
         if args[name]:
             out[name] = args[name]
     if args["watch_model"]:
-        out["watch_model"] = args["watch_model"].lower() in ("true", "1", "yes")
+        out["watch_model"] = arg_value(args, "watch_model", bool)
     if args["cpu_affinity"]:
-        out["cpu_affinity"] = _numbers(args["cpu_affinity"], int)
+        out["cpu_affinity"] = arg_list(args, "cpu_affinity", int)
     for name in ("sched_priority", "time_feature_clock"):
         if args[name]:
-            out[name] = int(args[name])
+            out[name] = arg_value(args, name, int)
     return out
 
 

@@ -12,12 +12,13 @@ launch (``on_exit=Shutdown()``).
 from opolo_ros.launch_runner import (
     LaunchArg,
     NodeSpec,
+    arg_value,
     launch_description,
     node_parameters,
     package_path,
     resolve_path,
     task_params_file,
-    yaml_value,
+    typed_value,
 )
 
 ARGUMENTS = [
@@ -39,12 +40,14 @@ ARGUMENTS = [
 
 def expert_time_feature(value: str, model_time_feature: bool) -> bool:
     """The `time_feature` argument: true/false, or auto = the model's `time_feature` metadata."""
-    return model_time_feature if value.strip().lower() == "auto" else bool(yaml_value(value))
+    if value.strip().lower() == "auto":
+        return model_time_feature
+    return typed_value(value.strip(), bool, "launch argument 'time_feature' (or auto)")
 
 
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
-    env, ns, seed = args["env"], args["namespace"], int(args["seed"])
+    env, ns, seed = args["env"], args["namespace"], arg_value(args, "seed", int)
     params_file = resolve_path(args["params_file"]) or task_params_file(env)
     model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
     output = args["output"] or f"demos/{env}_seed{seed}"
@@ -66,9 +69,9 @@ def describe(args: dict) -> list:
             "subscribe_policy": False}),
         NodeSpec("demo_recorder", "demo_recorder", namespace=ns, exit_ends_launch=True, parameters={
             **node_parameters(params_file, "demo_recorder", ns), "output": output,
-            "episodes": int(args["episodes"]), "storage": args["storage"], "env_id": env,
+            "episodes": arg_value(args, "episodes", int), "storage": args["storage"], "env_id": env,
             "expert": model.rsplit("/", 1)[-1], "drop_time_feature": time_feature,
-            "skip_terminated": yaml_value(args["skip_terminated"])}),
+            "skip_terminated": arg_value(args, "skip_terminated", bool)}),
     ]
 
 

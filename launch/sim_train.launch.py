@@ -21,12 +21,14 @@ would ignore) and demonstrations that do not fit the task (another task's) are o
 from opolo_ros.launch_runner import (
     LaunchArg,
     NodeSpec,
+    arg_value,
     launch_description,
     node_parameters,
     package_path,
     resolve_path,
     run_config,
     task_params_file,
+    typed_value,
     yaml_value,
 )
 
@@ -52,8 +54,11 @@ ARGUMENTS = [
 ]
 
 
-def _int_or(value: str, fallback: int) -> int:
-    return int(value) if value != "" else int(fallback)
+def _int_or(args: dict, name: str, fallback: object, where: str) -> int:
+    """Launch argument `name` as an int, or else `fallback` (from `where`)."""
+    if args[name] != "":
+        return arg_value(args, name, int)
+    return typed_value(fallback, int, where)
 
 
 def describe(args: dict) -> list:
@@ -78,9 +83,9 @@ def describe(args: dict) -> list:
     overrides["demos"] = resolve_path(demos)
     cfg = run_config(params_file, overrides)
     check_demonstrations(cfg)  # another task's demonstrations: an error now, not a learner waiting forever
-    policy_every = _int_or(args["policy_every"], learner_file.get("policy_every")
-                           or default_policy_every(cfg.schedule.train_freq))
-    max_ahead = _int_or(args["max_ahead"], bridge_file.get("max_ahead", 0))
+    policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")
+                           or default_policy_every(cfg.schedule.train_freq), "parameter learner.policy_every")
+    max_ahead = _int_or(args, "max_ahead", bridge_file.get("max_ahead", 0), "parameter sim_bridge.max_ahead")
     shared = {"env_id": cfg.env_id, "seed": cfg.seed}
     return [
         NodeSpec("demo_player", "demo_player", namespace=ns, parameters={
@@ -89,7 +94,7 @@ def describe(args: dict) -> list:
             "bag_fields": cfg.demos_fields, "episode_gap_s": cfg.demos_episode_gap_s}),
         NodeSpec("learner", "learner", namespace=ns, exit_ends_launch=True, parameters={
             **learner_file, **flatten(to_dict(cfg)), "policy_every": policy_every,
-            "resume": yaml_value(args["resume"]) is True}),
+            "resume": arg_value(args, "resume", bool)}),
         NodeSpec("actor", "actor", namespace=ns, parameters={
             **node_parameters(params_file, "actor", ns), "seed": cfg.seed, "mode": "train",
             "warmup_steps": cfg.schedule.warmup_steps, "exploration_noise": cfg.schedule.exploration_noise,

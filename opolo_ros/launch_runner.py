@@ -51,6 +51,7 @@ from opolo_ros.algo.config import (
     learner_parameter_names,
     read_yaml,
 )
+from opolo_ros.errors import one_line
 
 PACKAGE = "opolo_ros"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -232,6 +233,37 @@ def yaml_value(text: str) -> Any:
         return text
 
 
+_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number"}
+
+
+def typed_value(text: Any, kind: type, what: str) -> Any:
+    """`text` (a launch argument string, or a value from a parameter file) as a bool, int or float;
+    ValueError naming `what` otherwise."""
+    value = yaml_value(text) if isinstance(text, str) else text
+    if kind is float and isinstance(value, str):
+        try:
+            value = float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
+        except ValueError:
+            pass
+    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise ValueError(f"{what}: expected {_KIND_NAMES[kind]}, got {text!r}")
+    return value
+
+
+def arg_value(args: Mapping[str, str], name: str, kind: type) -> Any:
+    """Launch argument `name` as a bool, int or float, with a one-line error naming it."""
+    return typed_value(args[name].strip(), kind, f"launch argument '{name}'")
+
+
+def arg_list(args: Mapping[str, str], name: str, kind: type) -> list:
+    """Launch argument `name` as comma-separated ints or floats, with a one-line error naming it."""
+    return [typed_value(v.strip(), kind, f"launch argument '{name}' (comma-separated)")
+            for v in args[name].split(",") if v.strip()]
+
+
 # ---------------------------------------------------------------------------------- launch files
 
 def find_launch_file(name: str) -> Path:
@@ -253,7 +285,12 @@ def load_launch_module(path: str | Path) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot import launch file {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a syntax error, or anything its top level raises
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        raise ValueError(f"cannot load launch file {path}{where}: {type(exc).__name__}: "
+                         f"{one_line(exc)}") from None
     for attr in ("ARGUMENTS", "describe"):
         if not hasattr(module, attr):
             raise ValueError(f"launch file {path} has no {attr} (see opolo_ros.launch_runner)")

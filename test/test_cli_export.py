@@ -38,3 +38,15 @@ def test_export_takes_the_config_next_to_the_checkpoint(tmp_path: Path, monkeypa
     assert "no --config given and no" in err and "config.yaml" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "again.onnx").exists()
 
+
+
+def test_export_of_a_torch_file_that_is_no_checkpoint_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    import torch
+
+    config = str(ROOT / "config" / "inverted_pendulum.yaml")
+    for name, content in (("dict.pt", {"a": 1}), ("list.pt", [1, 2]), ("noconfig.pt", {"config": {}})):
+        torch.save(content, tmp_path / name)
+        assert cli.main(["export", str(tmp_path / name), str(tmp_path / "x.onnx"), "--config", config]) == 2
+        err = capsys.readouterr().err
+        assert "is not an opolo_ros checkpoint" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.onnx").exists()

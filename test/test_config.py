@@ -50,6 +50,26 @@ def test_missing_file_and_bad_override(tmp_path):
         load_run_config(tmp_path / "nope.yaml")
     with pytest.raises(ValueError, match="key=value"):
         merge_overrides(["seed"])
+    with pytest.raises(ValueError, match=r"override 'total_steps=\[1,': the value is not valid YAML"):
+        merge_overrides(["total_steps=[1,"])
+    with pytest.raises(ValueError, match="not valid YAML"):
+        merge_overrides(["seed=!!python/name:os.system"])
+    with pytest.raises(ValueError, match=r"the key 'schedule..batch_size' has an empty part"):
+        merge_overrides(["schedule..batch_size=5"])
+
+
+@pytest.mark.parametrize("override,match", [
+    ("total_steps=-1", r"'total_steps': must be at least 1, got -1"),
+    ("eval_episodes=0", r"'eval_episodes': must be at least 1, got 0"),
+    ("num_demos=0", r"'num_demos': must be at least 1"),
+    ("eval_every=-5", r"'eval_every': must not be negative"),
+    ("schedule.exploration_noise=-0.1", r"'schedule.exploration_noise': must not be negative"),
+    ("schedule.buffer_size=0", r"'schedule.buffer_size': must be at least 1"),
+])
+def test_values_no_run_can_use_are_refused(override, match):
+    with pytest.raises(ValueError, match=match):
+        load_run_config(None, merge_overrides([override]))
+    load_run_config(None, merge_overrides(["eval_every=0", "checkpoint_every=0"]))  # 0: off, allowed
 
 
 def test_ros_parameter_file_gives_the_learner_section(tmp_path):

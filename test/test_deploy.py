@@ -63,7 +63,7 @@ def test_deploy_launch_passes_the_safety_arguments():
     assert p["joints"] == ["slider", "hinge"]  # from the parameter file
     defaults = deploy_actor(model=str(EXPERT), params_file=PARAMS)
     assert defaults.parameters["observation_timeout_s"] == 0.1  # empty argument: the file's value
-    with pytest.raises(ValueError, match="comma-separated numbers"):
+    with pytest.raises(ValueError, match=r"argument 'safe_command' \(comma-separated\): expected a number"):
         deploy_actor(model=str(EXPERT), safe_command="zero")
 
 

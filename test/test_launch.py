@@ -186,3 +186,12 @@ def test_argument_parsing_errors():
     with pytest.raises(FileNotFoundError, match="available: deploy, record_expert, sim_train"):
         lr.find_launch_file("nope")
     assert lr.task_name("HalfCheetah-v5") == "half_cheetah" and lr.task_name("robots/arm.xml") == "arm"
+
+
+def test_a_launch_file_that_fails_to_load_is_one_line(tmp_path):
+    (tmp_path / "syn.launch.py").write_text("x = (\n")
+    (tmp_path / "boom.launch.py").write_text("raise RuntimeError('boom\\nsecond line')\n")
+    with pytest.raises(ValueError, match=r"cannot load launch file .*syn.launch.py \(line 1\): SyntaxError"):
+        lr.load_launch_module(tmp_path / "syn.launch.py")
+    with pytest.raises(ValueError, match=r"boom.launch.py: RuntimeError: boom second line$"):
+        lr.load_launch_module(tmp_path / "boom.launch.py")

@@ -130,6 +130,32 @@ def test_every_shipped_task_file_passes_both_paths(path, tmp_path):
         lr.node_parameters(path, node, "robot")
 
 
+@pytest.mark.parametrize("name,args,match", [
+    ("sim_train", ["resume:=maybe"], r"launch argument 'resume': expected true or false, got 'maybe'"),
+    ("sim_train", ["max_ahead:=x"], r"launch argument 'max_ahead': expected an integer, got 'x'"),
+    ("sim_train", ["policy_every:=1.5"], r"launch argument 'policy_every': expected an integer"),
+    ("record_expert", ["episodes:=x"], r"launch argument 'episodes': expected an integer, got 'x'"),
+    ("record_expert", ["skip_terminated:=maybe"], r"launch argument 'skip_terminated': expected true"),
+    ("deploy", [f"model:={EXPERT}", "rate_hz:=x"], r"launch argument 'rate_hz': expected a number"),
+    ("deploy", [f"model:={EXPERT}", "cpu_affinity:=0,x"],
+     r"launch argument 'cpu_affinity' \(comma-separated\): expected an integer, got 'x'"),
+    ("deploy", [f"model:={EXPERT}", "watch_model:=1"], r"launch argument 'watch_model': expected true or"),
+])
+def test_typed_launch_arguments_name_the_argument_they_refuse(tmp_path, name, args, match):
+    extra = {"sim_train": [f"run_dir:={tmp_path / 'run'}"], "record_expert": [f"output:={tmp_path / 'bag'}"]}
+    with pytest.raises(ValueError, match=match):
+        lr.describe_launch(name, [*args, *extra.get(name, [])])
+
+
+def test_typed_value_of_a_parameter_file_value_names_it(tmp_path):
+    text = (ROOT / "config" / "inverted_pendulum.yaml").read_text().replace("max_ahead: 50", "max_ahead: abc")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r"parameter sim_bridge.max_ahead: expected an integer, got 'abc'"):
+        lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"])
+    assert lr.typed_value("1e-3", float, "x") == 0.001 and lr.typed_value("2", float, "x") == 2.0
+    assert lr.typed_value("yes", bool, "x") is True
+
 def test_the_shipped_deploy_files_pass_the_deploy_launch():
     path = ROOT / "config" / "deploy_inverted_pendulum.yaml"
     specs = lr.describe_launch("deploy", [f"model:={EXPERT}", f"params_file:={path}"])[2]

@@ -327,10 +327,30 @@ def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any]
         cfg = update_dataclass(cfg, run_section(read_yaml(path), path, node_names))
     if overrides:
         cfg = update_dataclass(cfg, overrides)
+    check_run_config(cfg)
+    return cfg
+
+
+# Run config values that must be >= 1 / >= 0 (0 turns the periodic ones off).
+POSITIVE_KEYS = ("total_steps", "num_demos", "eval_episodes", "schedule.buffer_size")
+NON_NEGATIVE_KEYS = ("eval_every", "checkpoint_every", "export_every", "torch_threads",
+                     "schedule.warmup_steps", "schedule.inverse_pretrain_steps", "schedule.disc_steps",
+                     "schedule.inverse_steps", "schedule.gradient_steps", "schedule.exploration_noise")
+
+
+def check_run_config(cfg: RunConfig) -> None:
+    """ValueError (one line, naming the key) for values no run can use; the schedule's frequencies
+    are checked where it is built (:class:`opolo_ros.algo.schedule.Schedule`)."""
+    values = flatten(to_dict(cfg))
+    for key in POSITIVE_KEYS:
+        if not values[key] >= 1:
+            raise ValueError(f"config '{key}': must be at least 1, got {values[key]!r}")
+    for key in NON_NEGATIVE_KEYS:
+        if not values[key] >= 0:
+            raise ValueError(f"config '{key}': must not be negative, got {values[key]!r}")
     if math.isfinite(cfg.stop_at_return) and cfg.eval_every <= 0:
         raise ValueError(f"config 'stop_at_return' ({cfg.stop_at_return:g}) needs evaluations: "
                          "set 'eval_every' > 0")
-    return cfg
 
 
 def parse_override(text: str) -> dict[str, Any]:
@@ -338,10 +358,16 @@ def parse_override(text: str) -> dict[str, Any]:
     if "=" not in text:
         raise ValueError(f"override '{text}' must look like key=value (e.g. schedule.batch_size=256)")
     key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ValueError(f"override '{text}': the key {key.strip()!r} has an empty part")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        detail = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise ValueError(f"override '{text}': the value is not valid YAML ({detail})") from None
     out: dict[str, Any] = {}
     node = out
-    parts = key.strip().split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
     node[parts[-1]] = value

@@ -64,6 +64,7 @@ from std_msgs.msg import Float32MultiArray, Int64MultiArray, UInt8MultiArray
 from opolo_ros.algo.config import (
     LEARNER_PARAMETERS,
     RunConfig,
+    check_run_config,
     flatten,
     to_dict,
     unflatten,
@@ -139,6 +140,7 @@ class Learner(FinishableNode):
                                    "(opolo_ros.algo.config.RunConfig; same meaning as in the direct loop)")
         try:
             cfg = update_dataclass(RunConfig(), unflatten(values))
+            check_run_config(cfg)
         except ValueError as err:
             raise ParameterError(str(err)) from None
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}

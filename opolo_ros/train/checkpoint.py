@@ -36,9 +36,16 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        return torch.load(path, weights_only=False, map_location="cpu")
+        state = torch.load(path, weights_only=False, map_location="cpu")
     except Exception as exc:  # corrupt or truncated file
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
+    config = state.get("config") if isinstance(state, dict) else None
+    if not (isinstance(config, dict) and {"env_id", "algo"} <= config.keys()
+            and {"step", "runner"} <= state.keys()):
+        raise CheckpointError(f"checkpoint {path} is not an opolo_ros checkpoint (a torch file holding a "
+                              f"{type(state).__name__}, without the 'config', 'step' and 'runner' entries "
+                              "a training run writes)")
+    return state
 
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
