@@ -27,6 +27,7 @@ namespace. :func:`node_parameters` applies the sections in the order ``/**``, ``
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.util
@@ -146,6 +147,11 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
         if not isinstance(section, Mapping) or not isinstance(section.get("ros__parameters", {}), Mapping):
             raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
                              "(a ROS 2 parameter file)")
+        node = str(key).rsplit("/", 1)[-1]
+        close = difflib.get_close_matches(node, NODE_CLASSES, n=1, cutoff=0.8)
+        if node != "**" and node not in NODE_CLASSES and close:  # other nodes' sections are fine
+            raise ValueError(f"parameter file {path}: section '{key}' names no opolo_ros node; did you "
+                             f"mean '{close[0]}'? (nodes: {', '.join(NODE_CLASSES)})")
         if "ros__parameters" in section:
             out[str(key)] = section["ros__parameters"] or {}
     return out

@@ -35,7 +35,7 @@ def test_yaml_and_overrides(tmp_path):
     ("schedule:\n  batch_size: many\n", "schedule.batch_size.*integer"),
     ("opolo:\n  residual_mode: sometimes\n", "opolo.residual_mode.*must be one of"),
     ("opolo:\n  normalize_disc: 3\n", "true/false"),
-    ("schedule: [1, 2]\n", "expected a mapping"),
+    ("schedule: [1, 2]\n", "config 'schedule': expected a mapping"),
     ("env_id: [unclosed\n", "not valid YAML"),
 ])
 def test_bad_yaml_gives_clear_errors(tmp_path, text, match):
@@ -138,3 +138,17 @@ def test_exponent_without_dot_is_a_number(tmp_path):
     p.write_text("opolo:\n  lr: 1e-4\n")
     assert load_run_config(p, merge_overrides(["opolo.disc_lr=3e-5"])).opolo.lr == 1e-4
     assert load_run_config(p, merge_overrides(["opolo.disc_lr=3e-5"])).opolo.disc_lr == 3e-5
+
+
+def test_binary_config_file_and_garbage_npz_demos_are_one_line(tmp_path):
+    from opolo_ros.data.demos import load_npz
+
+    binary = tmp_path / "c.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ValueError, match=r"c.yaml is not a text \(UTF-8\) file"):
+        load_run_config(binary)
+    garbage = tmp_path / "bad.npz"
+    garbage.write_bytes(b"not an npz at all")
+    with pytest.raises(ValueError, match=r"bad.npz is not a readable .npz of demonstrations") as exc:
+        load_npz(garbage)
+    assert "\n" not in str(exc.value)

@@ -131,7 +131,8 @@ def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_scri
     ("jobs: [{name: a}]", "the keys 'name', 'command'"),
     ("jobs: [{name: a, command: x, nice: 3}]", "the keys 'name', 'command'"),
     ("jobs: [{name: a, command: x, after: [b]}]", r"comes after \['b'\], which is not another job"),
-    ("jobs: [{name: a, command: x, after: a}]", "which is not another job"),
+    ("jobs: [{name: a, command: x, after: a}]", "job 'a' comes after itself"),
+    ("jobs: [{name: a, command: \"x 'unclosed\"}]", r"command \"x 'unclosed\" cannot be split into words"),
     ("jobs: [{name: a, command: x, after: {b: 1}}]", "a job name or a list"),
     ("jobs: [{name: a, command: x, after: c}, {name: b, command: y, after: a}, "
      "{name: c, command: z, after: b}]", "wait for each other in a circle: a -> c -> b -> a"),

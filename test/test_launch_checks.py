@@ -62,6 +62,14 @@ def test_node_parameters_refuse_keys_the_node_does_not_declare(tmp_path, section
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_section_that_misspells_a_node_is_refused_other_nodes_sections_are_kept(tmp_path):
+    path = ros_file(tmp_path / "p.yaml", {"sim_brige": {"max_ahead": 5}})
+    with pytest.raises(ValueError, match=r"section 'sim_brige' names no opolo_ros node; did you mean "
+                                         r"'sim_bridge'\?"):
+        lr.node_parameters(path, "sim_bridge")
+    path = ros_file(tmp_path / "q.yaml", {"robot/my_controller": {"gain": 2}, "sim_bridge": {"max_ahead": 5}})
+    assert lr.node_parameters(path, "sim_bridge") == {"max_ahead": 5}
+
 def test_shared_section_takes_any_nodes_parameters_and_names_resolve_to_executables(tmp_path):
     """`/**` reaches every node: a key one node declares is fine there (the others ignore it, as rcl
     makes them); a node named unlike its executable is checked against the executable's table."""

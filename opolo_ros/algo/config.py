@@ -192,7 +192,7 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
 def update_dataclass(obj: Any, values: Mapping[str, Any], prefix: str = "") -> Any:
     """Return a copy of dataclass `obj` with `values` (nested mappings) applied, type-checked."""
     if not isinstance(values, Mapping):
-        raise ValueError(f"config '{prefix or '<root>'}': expected a mapping, got {values!r}")
+        raise ValueError(f"config '{prefix.rstrip('.') or '<root>'}': expected a mapping, got {values!r}")
     known = {f.name: f for f in dataclasses.fields(obj)}
     changes: dict[str, Any] = {}
     for key, value in values.items():
@@ -276,6 +276,8 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
         return yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {path} is not valid YAML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path} is not a text (UTF-8) file") from None
 
 
 def run_section(data: Any, path: Path | str = "<config>",

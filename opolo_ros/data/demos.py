@@ -42,7 +42,14 @@ def load_npz(path: str | Path) -> list[Episode]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"demonstration file not found: {path}")
-    with np.load(path) as data:
+    try:
+        data = np.load(path)  # allow_pickle stays off: a demonstration file holds plain arrays
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{path} is not a readable .npz of demonstrations "
+                         f"({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is a single .npy array, not an .npz of demonstrations (obs_<k> arrays)")
+    with data:
         n = sum(1 for k in data.files if k.startswith("obs_"))
         if n == 0:
             raise ValueError(f"{path} holds no episodes (no obs_<k> arrays)")

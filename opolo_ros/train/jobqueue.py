@@ -76,7 +76,10 @@ def load_queue(path: str | Path) -> list[Job]:
         if not isinstance(name, str) or not NAME.match(name):
             raise ValueError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-'")
         if isinstance(command, str):
-            argv = shlex.split(command)
+            try:
+                argv = shlex.split(command)
+            except ValueError as exc:  # an unclosed quote
+                raise ValueError(f"{where}: command {command!r} cannot be split into words: {exc}") from None
         elif isinstance(command, list) and all(isinstance(a, (str, int, float)) for a in command):
             argv = [str(a) for a in command]
         else:
@@ -92,7 +95,9 @@ def load_queue(path: str | Path) -> list[Job]:
         jobs.append(Job(name, tuple(argv), tuple(after)))
     names = {j.name for j in jobs}
     for job in jobs:
-        unknown = [a for a in job.after if a not in names or a == job.name]
+        if job.name in job.after:
+            raise ValueError(f"{path}: job {job.name!r} comes after itself")
+        unknown = [a for a in job.after if a not in names]
         if unknown:
             raise ValueError(f"{path}: job {job.name!r} comes after {unknown}, which is not another job here")
     cycle = _cycle({j.name: j.after for j in jobs})
