@@ -9,6 +9,7 @@ publishes each on ``/opolo/demonstrations`` and writes the bag (MCAP by default)
 launch (``on_exit=Shutdown()``).
 """
 
+from opolo_ros.data.bags import STORAGES
 from opolo_ros.launch_runner import (
     LaunchArg,
     NodeSpec,
@@ -48,6 +49,11 @@ def expert_time_feature(value: str, model_time_feature: bool) -> bool:
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     env, ns, seed = args["env"], args["namespace"], arg_value(args, "seed", int)
+    episodes = arg_value(args, "episodes", int)
+    if episodes < 1:  # checked here, before the simulation and the expert start
+        raise ValueError(f"launch argument 'episodes': must be at least 1, got {episodes}")
+    if args["storage"] not in STORAGES:
+        raise ValueError(f"launch argument 'storage': one of {', '.join(STORAGES)}, got {args['storage']!r}")
     params_file = resolve_path(args["params_file"]) or task_params_file(env)
     model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
     output = args["output"] or f"demos/{env}_seed{seed}"
@@ -69,7 +75,7 @@ def describe(args: dict) -> list:
             "subscribe_policy": False}),
         NodeSpec("demo_recorder", "demo_recorder", namespace=ns, exit_ends_launch=True, parameters={
             **node_parameters(params_file, "demo_recorder", ns), "output": output,
-            "episodes": arg_value(args, "episodes", int), "storage": args["storage"], "env_id": env,
+            "episodes": episodes, "storage": args["storage"], "env_id": env,
             "expert": model.rsplit("/", 1)[-1], "drop_time_feature": time_feature,
             "skip_terminated": arg_value(args, "skip_terminated", bool)}),
     ]

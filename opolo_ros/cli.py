@@ -104,6 +104,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from opolo_ros.train.direct import export_checkpoint
 
     checkpoint = Path(args.checkpoint)
+    if Path(args.output).is_dir():
+        raise ValueError(f"output {args.output} is a folder; give the ONNX file to write, e.g. "
+                         f"{Path(args.output) / 'policy.onnx'}")
     if args.config is None:  # the run's own config, which its folder keeps next to the checkpoint
         saved = checkpoint.parent / "config.yaml"
         if not saved.is_file():

@@ -277,6 +277,9 @@ def find_launch_file(name: str) -> Path:
     path = Path(name)
     if path.suffix == ".py" and path.is_file():
         return path
+    if path.is_file() and path.suffix != ".py":
+        raise ValueError(f"{name} is not a launch file (a Python file named *.launch.py, or the name of "
+                         "one of the package's: sim_train, record_expert, deploy)")
     filename = name if name.endswith(".launch.py") else f"{name}.launch.py"
     candidate = package_path("launch", filename)
     if candidate.is_file():

@@ -50,3 +50,6 @@ def test_export_of_a_torch_file_that_is_no_checkpoint_is_one_line_exit_2(tmp_pat
         err = capsys.readouterr().err
         assert "is not an opolo_ros checkpoint" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.onnx").exists()
+    torch.save({"a": 1}, tmp_path / "ck.pt")
+    assert cli.main(["export", str(tmp_path / "ck.pt"), str(tmp_path), "--config", config]) == 2
+    assert f"output {tmp_path} is a folder" in capsys.readouterr().err

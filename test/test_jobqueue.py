@@ -151,6 +151,10 @@ def test_bad_queue_files_are_clear_errors(tmp_path: Path, text: str, expect: str
 def test_missing_queue_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="queue file not found: .*nope.yaml"):
         load_queue(tmp_path / "nope.yaml")
+    (tmp_path / "state").write_text("")
+    queue = JobQueue([Job("a", ("true",), ())], tmp_path / "state", log=lambda _: None)
+    with pytest.raises(ValueError, match=r"--state-dir .*state is a file, not a folder"):
+        queue.run(threading.Event())
 
 
 def test_load_queue_splits_strings_and_keeps_lists(tmp_path: Path) -> None:

@@ -195,3 +195,8 @@ def test_a_launch_file_that_fails_to_load_is_one_line(tmp_path):
         lr.load_launch_module(tmp_path / "syn.launch.py")
     with pytest.raises(ValueError, match=r"boom.launch.py: RuntimeError: boom second line$"):
         lr.load_launch_module(tmp_path / "boom.launch.py")
+
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(ValueError, match=r"notes.txt is not a launch file"):
+        lr.find_launch_file(str(text))

@@ -144,6 +144,8 @@ def test_every_shipped_task_file_passes_both_paths(path, tmp_path):
     ("sim_train", ["policy_every:=1.5"], r"launch argument 'policy_every': expected an integer"),
     ("record_expert", ["episodes:=x"], r"launch argument 'episodes': expected an integer, got 'x'"),
     ("record_expert", ["skip_terminated:=maybe"], r"launch argument 'skip_terminated': expected true"),
+    ("record_expert", ["episodes:=0"], r"launch argument 'episodes': must be at least 1, got 0"),
+    ("record_expert", ["storage:=foo"], r"launch argument 'storage': one of mcap, sqlite3, got 'foo'"),
     ("deploy", [f"model:={EXPERT}", "rate_hz:=x"], r"launch argument 'rate_hz': expected a number"),
     ("deploy", [f"model:={EXPERT}", "cpu_affinity:=0,x"],
      r"launch argument 'cpu_affinity' \(comma-separated\): expected an integer, got 'x'"),

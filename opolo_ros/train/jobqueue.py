@@ -251,6 +251,8 @@ class JobQueue:
     def run(self, stop: threading.Event) -> int:
         """Run every job not done yet; 0 when all are done, 130 when stopped, else 1 (a job failed,
         was stopped from outside, or waits for one that is not done)."""
+        if self.state_dir.exists() and not self.state_dir.is_dir():
+            raise ValueError(f"--state-dir {self.state_dir} is a file, not a folder")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for job in self.jobs:
             pid = _job_pid(self._file(job, "pid"))
