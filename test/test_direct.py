@@ -282,3 +282,16 @@ def test_read_evaluations_until_a_step(tmp_path):
     assert [r["env_step"] for r in rows] == [100, 200, 300] and math.isnan(rows[1]["return_mean"])
     assert [r["env_step"] for r in RunLogger.read_evaluations(path, until=200)] == [100, 200]
     assert RunLogger.read_evaluations(tmp_path / "missing.csv", until=200) == []
+
+
+def test_torch_rng_state_round_trip_and_checkpoints_without_cuda_state():
+    import torch
+
+    from opolo_ros.train.checkpoint import restore_torch_rng, torch_rng_state
+
+    state = torch_rng_state()
+    first = torch.rand(3)
+    restore_torch_rng(state)
+    assert torch.equal(torch.rand(3), first)
+    restore_torch_rng({"torch_rng": state["torch_rng"]})  # written before the CUDA states were saved
+    assert torch.equal(torch.rand(3), first)

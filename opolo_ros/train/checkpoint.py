@@ -48,6 +48,23 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return state
 
 
+def torch_rng_state() -> dict[str, Any]:
+    """torch's generator states for a checkpoint: the CPU one, and each CUDA device's when CUDA is
+    in use (the gradient penalty draws on the networks' device)."""
+    in_use = torch.cuda.is_available() and torch.cuda.is_initialized()
+    cuda = torch.cuda.get_rng_state_all() if in_use else None
+    return {"torch_rng": torch.get_rng_state(), "cuda_rng": cuda}
+
+
+def restore_torch_rng(state: dict[str, Any]) -> None:
+    """Undo :func:`torch_rng_state`. CUDA states are restored only onto as many devices as were saved
+    (a checkpoint written on a GPU resumes on a CPU machine, with fresh CUDA draws if any)."""
+    torch.set_rng_state(state["torch_rng"])
+    cuda = state.get("cuda_rng")
+    if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all(cuda)
+
+
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: saved -> current`` for every config value that differs (dotted names)."""
     old, new = flatten(saved), flatten(current)

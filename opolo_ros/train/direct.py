@@ -41,7 +41,13 @@ from opolo_ros.sim.envs import (
     random_policy_return,
     set_env_state,
 )
-from opolo_ros.train.checkpoint import load_checkpoint, restore_runner, save_checkpoint
+from opolo_ros.train.checkpoint import (
+    load_checkpoint,
+    restore_runner,
+    restore_torch_rng,
+    save_checkpoint,
+    torch_rng_state,
+)
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
@@ -225,7 +231,7 @@ class DirectTrainer:
     def save(self) -> None:
         save_checkpoint(self.checkpoint_path, {
             "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
-            "rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+            "rng": self.rng.bit_generator.state, **torch_rng_state(),
             "env": get_env_state(self.env), "obs": self.obs,
             "episode": (self.episode_return, self.episode_len, self.episodes_done),
             "random_return": self.random_return, "wall": self.wall_offset + self._elapsed(),
@@ -240,7 +246,7 @@ class DirectTrainer:
                        "start over in another run_dir (or with --no-resume)")
         self.step = state["step"]
         self.rng.bit_generator.state = state["rng"]
-        torch.set_rng_state(state["torch_rng"])
+        restore_torch_rng(state)
         set_env_state(self.env, state["env"])
         self.obs = state["obs"]
         self.episode_return, self.episode_len, self.episodes_done = state["episode"]

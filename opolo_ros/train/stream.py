@@ -39,7 +39,14 @@ from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
-from opolo_ros.train.checkpoint import CheckpointError, load_checkpoint, restore_runner, save_checkpoint
+from opolo_ros.train.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    restore_runner,
+    restore_torch_rng,
+    save_checkpoint,
+    torch_rng_state,
+)
 from opolo_ros.train.direct import (
     PolicyFn,
     TrainResult,
@@ -370,7 +377,7 @@ class StreamTrainer:
         """Checkpoint, then truncate the replay journal to what the checkpoint does not hold."""
         save_checkpoint(self.checkpoint_path, {
             "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
-            "torch_rng": torch.get_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
+            **torch_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
             "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
             "wall": self._elapsed(), "source": CHECKPOINT_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
@@ -387,7 +394,7 @@ class StreamTrainer:
         restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path,
                        "use another run_dir (or resume:=false to start over)")
         self.step = state["step"]
-        torch.set_rng_state(state["torch_rng"])
+        restore_torch_rng(state)
         self.acks = {int(k): SourceAck(*v) for k, v in state.get("acks", {}).items()}
         self.episode_stats = dict(state.get("episode_stats", {}))
         self.random_return = state.get("random_return", math.nan)
