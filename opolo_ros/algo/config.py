@@ -56,7 +56,8 @@ class OPOLOConfig:
     #     AlgaeDICE); stop_gradient: residual carries no policy gradient (released code). The
     #     default is the one that measured better (BENCHMARKS.md, "Residual gradient").
     residual_mode: ResidualMode = "stop_gradient"
-    # (b) ignore: no (1 - done) mask (released code); terminal: mask true terminations only,
+    # (b) ignore: no (1 - done) mask (released code; its s' at an episode end is the reset state, an
+    #     artefact not reproduced: s' is the true last state); terminal: mask true terminations only,
     #     time-limit truncation bootstraps.
     done_mode: DoneMode = "terminal"
     # (e) sequential: the policy step evaluates the critic after the critic's own step (PyTorch TD3
