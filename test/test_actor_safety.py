@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -463,3 +464,58 @@ def test_stamp_sequence_is_the_stamp_in_microseconds_and_never_the_no_sequence_t
     assert latency.stamp_sequence(Time(nanosec=1000)) == 1 != latency.stamp_sequence(Time(nanosec=2000))
     wrap = latency.NO_SEQUENCE  # the stamp whose tag would read "answers no observation"
     assert latency.stamp_sequence(Time(sec=wrap // 1_000_000, nanosec=wrap % 1_000_000 * 1000)) == wrap - 1
+
+
+def test_rate_limit_ramps_the_first_command_from_the_safe_one(tmp_path, ros_domain_id, ros_node):
+    """No safe command has gone out before the first observation (the watchdog waits 60 s): the
+    first policy command still ramps from the safe command, not straight to the policy's 3.0."""
+    model = onnx_policy(tmp_path / "p.onnx", [1.0, 0.0, 0.0, 0.0])  # 3 * clamp(obs[0], -1, 1)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, max_action_rate=2.0,
+                       observation_timeout_s=60.0, safe_command=[-0.5])
+    with graph:
+        rig.send(m.observation_to_msg(np.array([1.0, 0.0, 0.0, 0.0], np.float32)))
+        assert rig.spin_until(lambda: len(rig.commands) == 1)
+    assert rig.actor.safe_commands == 0
+    assert rig.commands[0][1] <= -0.5 + 2.0 * 1.0 + 1e-6  # at most 1 s of ramp from -0.5
+
+
+def test_rate_limit_ramps_from_the_safe_command_sent_for_a_non_finite_action(tmp_path, ros_domain_id,
+                                                                              ros_node):
+    expert = Path(__file__).resolve().parents[1] / "models" / "experts" / "InvertedPendulum-v5.onnx"
+    rate = 2.0
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, expert, max_action_rate=rate,
+                       observation_timeout_s=60.0, action_low=[-1.0], action_high=[1.5])
+    good = np.array([0.1, 0.2, 0.3, 0.4], np.float32)  # the expert answers ~3.0: clamped to 1.5
+    with graph:
+        rig.stream(good, 1.5)
+        assert rig.commands[-1][1] == pytest.approx(1.5)
+        rig.send(raw_observation([3e38, -3e38, 3e38, -3e38], 4))  # finite; the expert returns NaN
+        rig.send(m.observation_to_msg(good))
+    (t_safe, safe), (t_next, after) = rig.commands[-2:]
+    assert rig.actor.nonfinite_actions == 1 and safe == 0.0
+    assert after <= safe + rate * (t_next - t_safe) + 0.05, "jumped back past max_action_rate"
+
+
+def test_limits_win_over_the_rate_limit_after_a_swap_to_narrower_bounds(tmp_path, ros_domain_id, ros_node):
+    model = onnx_policy(tmp_path / "p.onnx", [1.0, 0.0, 0.0, 0.0])  # 3 * clamp(obs[0], -1, 1)
+    narrow = narrowed(model, -1.0, 1.0)
+    live = tmp_path / "live.onnx"
+    live.write_bytes(model.read_bytes())
+    # 5 per second: from 3.0, a rate-limited command would take ~0.4 s (about 20 commands at 50 Hz)
+    # to come down into the new [-1, 1]; the limits must hold from the first command after the swap.
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, live, max_action_rate=5.0, watch_model=True,
+                       observation_timeout_s=60.0)
+    obs = np.array([1.0, 0.0, 0.0, 0.0], np.float32)
+    with graph:
+        rig.stream(obs, 1.0)
+        assert rig.commands[-1][1] == pytest.approx(3.0)
+        os.replace(narrow, live)
+        msg, swapped_at, end = m.observation_to_msg(obs), None, time.monotonic() + 10.0
+        while time.monotonic() < end and (swapped_at is None or len(rig.commands) < swapped_at + 11):
+            rig.obs_pub.publish(msg)  # commands keep coming while the watcher loads the new model
+            rig.spin_for(0.02)
+            if swapped_at is None and rig.actor.swaps >= 2:
+                swapped_at = len(rig.commands)
+    assert swapped_at is not None, "the new model was not loaded"
+    after = [v for _, v in rig.commands[swapped_at + 1:]]  # the first may have left before the swap
+    assert len(after) >= 10 and all(v <= 1.0 + 1e-9 for v in after), after

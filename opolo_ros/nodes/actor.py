@@ -374,6 +374,9 @@ class Actor(FinishableNode):
             self._check_safe_command(loaded)
         if self._command is None or self._command.values.size != loaded.act_dim:
             self._command = CommandBuffer(loaded.act_dim, self.echo)
+            if self.mode == "deploy":  # the rate limit ramps the first command from the safe one
+                self._command.values[:] = self.safe
+                self._command.remember(time.monotonic())
         if self.swap_delay < 0:
             self.current = loaded  # the swap: one assignment, read once per control step
             self.swaps += 1
@@ -566,6 +569,10 @@ class Actor(FinishableNode):
                     now: float) -> None:
         """Write the safe version of `action` into the command: limits, finiteness, rate limit.
 
+        The limits win over the rate limit: after a swap to a model with narrower bounds the
+        command moves into them at once. A safe command sent instead of a non-finite action is the
+        rate limit's next reference, as the watchdog's is, and the first command ramps from the
+        safe command (set as the reference when the command buffer is made).
         Few numpy calls (each costs a microsecond or more at act_dim 1..20): float64 bounds
         computed at install, NaN found through the sum (clip has removed every inf), the last
         command kept only when the rate limit needs it.
@@ -578,11 +585,13 @@ class Actor(FinishableNode):
             self.get_logger().error("the policy returned a non-finite action: safe command instead",
                                     throttle_duration_sec=LOG_THROTTLE_S)
             out[:] = self.safe
+            command.remember(now)
         elif self.max_action_rate > 0:
             if command.previous_time is not None:
                 step = self.max_action_rate * min(now - command.previous_time, 1.0)
                 previous = command.previous
                 np.clip(out, previous - step, previous + step, out=out)
+                np.clip(out, *current.bounds, out=out)  # a reference outside new, narrower bounds
             command.remember(now)
 
     def _send(self, command: CommandBuffer, seq: int | None) -> None:
