@@ -65,6 +65,7 @@ def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import flatten, to_dict
     from opolo_ros.nodes.common import default_policy_every
+    from opolo_ros.sim.tasks import is_mjcf
     from opolo_ros.train.direct import check_demonstrations
 
     ns = args["namespace"]
@@ -79,6 +80,9 @@ def describe(args: dict) -> list:
         overrides["run_dir"] = base.run_dir.rstrip("/") + "-graph"
     learner_file = node_parameters(params_file, "learner", ns)
     bridge_file = node_parameters(params_file, "sim_bridge", ns)
+    if is_mjcf(env) and not (args["demos"] or learner_file.get("demos")):
+        raise ValueError(f"an MJCF task ({env}) needs demonstrations: demos:=<a bag of its states> "
+                         "(README, 'Your own robot model')")
     demos = args["demos"] or learner_file.get("demos") or str(package_path("models", "demos", env))
     overrides["demos"] = resolve_path(demos)
     cfg = run_config(params_file, overrides)

@@ -92,3 +92,35 @@ def test_gymnasium_tasks_are_guarded_and_unaffected(env_id):
         assert ours[1:4] == theirs[1:4] and "diverged" not in ours[4]
         if ours[2] or ours[3]:
             break
+
+
+def test_mujoco_warnings_are_shown_a_few_times_then_counted(tmp_path, monkeypatch, capfd):
+    """MuJoCo would print every divergence warning and append it to MUJOCO_LOG.TXT in the working
+    folder; routed, each kind shows MUJOCO_WARNINGS_SHOWN times and no log file grows."""
+    from opolo_ros.sim import envs
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(envs, "mujoco_warning_counts", envs.Counter())
+    env = make_task_env(mjcf(tmp_path, 1e12), seed=0)
+    for _ in range(10):
+        env.reset()
+        assert env.step(np.array([2.0]))[4].get("diverged") is True
+    printed = [line for line in capfd.readouterr().err.splitlines() if line.startswith("MuJoCo warning")]
+    assert len(printed) == envs.MUJOCO_WARNINGS_SHOWN and "counted, not printed" in printed[-1]
+    assert sum(envs.mujoco_warning_counts.values()) == 10
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+def test_mjcf_models_the_task_cannot_observe_or_that_it_limits_are_named(tmp_path):
+    (tmp_path / "free.xml").write_text(
+        "<mujoco><worldbody><body><freejoint/><geom size='0.1'/></body></worldbody>"
+        "<actuator><motor site='s' gear='1 0 0 0 0 0'/></actuator></mujoco>".replace(
+            "<geom size='0.1'/>", "<geom size='0.1'/><site name='s'/>"))
+    with pytest.raises(ValueError, match="has no hinge or slide joint: the observation .* would be empty"):
+        make_task_env(str(tmp_path / "free.xml"))
+    unlimited = PENDULUM.replace('ctrlrange="-2 2" ctrllimited="true"', 'ctrllimited="false"')
+    (tmp_path / "ROBOT.XML").write_text(unlimited.format(gear=1.0))  # the extension in capitals
+    env = make_task_env(str(tmp_path / "ROBOT.XML"))
+    assert env.action_space.high.tolist() == [1.0]
+    (note,) = env.unwrapped.notes
+    assert "actuator(s) ['actuator0'] have no ctrlrange: their commands are limited to [-1, 1]" in note

@@ -193,6 +193,7 @@ def test_diverged_steps_keep_every_count_in_step(tmp_path, demos, ros_domain_id)
         void = total // every
         assert bridge.diverged >= void
         assert learner.trainer.step == total and len(learner.trainer.replay) == total - void
+        assert learner.trainer.void_steps == void  # said in the run's last line ("... void ...")
         assert np.isfinite(learner.trainer.replay.next_obs[:total - void].numpy()).all()
         assert actor.steps - bridge.sent in (0, 1)  # the observation out now may be answered already
         assert actor.actions_by_version[50] == 50  # version V serves steps V + 15 ... V + 64, as without

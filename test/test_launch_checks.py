@@ -157,6 +157,11 @@ def test_typed_launch_arguments_name_the_argument_they_refuse(tmp_path, name, ar
         lr.describe_launch(name, [*args, *extra.get(name, [])])
 
 
+def test_sim_train_on_an_mjcf_model_without_demos_says_it_needs_them(tmp_path):
+    with pytest.raises(ValueError, match=r"an MJCF task \(.*robot.xml\) needs demonstrations: demos:="):
+        lr.describe_launch("sim_train", [f"env:={tmp_path / 'robot.xml'}", f"run_dir:={tmp_path / 'run'}"])
+
+
 def test_typed_value_of_a_parameter_file_value_names_it(tmp_path):
     text = (ROOT / "config" / "inverted_pendulum.yaml").read_text().replace("max_ahead: 50", "max_ahead: abc")
     path = tmp_path / "bad.yaml"

@@ -473,3 +473,17 @@ def test_bridge_resends_when_progress_is_always_late(ros_domain_id, ros_node):
             spin_for(executors, 0.8)
             learner.publish_progress()
         assert spin_until(executors, lambda: bridge.resent > before, 2.0), "held for ever, no re-send"
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"replay_batch": 0}, r"'replay_batch' must be >= 1, got 0"),
+    ({"rate_hz": -1.0}, r"'rate_hz' must be a finite number >= 0, got -1.0"),
+    ({"time_scale": float("nan")}, r"'time_scale' must be a finite number > 0, got nan"),
+    ({"action_timeout_s": float("nan")}, r"'action_timeout_s' must be a finite number > 0"),
+    ({"learner_timeout_s": float("nan")}, r"'learner_timeout_s' must be a finite number > 0"),
+    ({"mode": "realtime", "rate_hz": 1e-12}, r"real-time step rate 1e-12 Hz .* is outside 1e-3..1e5 Hz"),
+])
+def test_bridge_refuses_parameters_it_cannot_run_with_naming_them(ros_domain_id, params, match):
+    spec = NodeSpec("sim_bridge", "sim_bridge", parameters={"env_id": ENV, **params})
+    with pytest.raises(ValueError, match=match):
+        GraphRunner([spec], ros_domain_id)

@@ -130,6 +130,8 @@ class SimBridge(FinishableNode):
         self.mode = p["mode"]
         self.env = make_task_env(p["env_id"], seed=p["seed"], time_feature=p["time_feature"],
                                  max_episode_steps=p["max_episode_steps"])
+        for note in getattr(self.env.unwrapped, "notes", []):  # what an MJCF task leaves out
+            self.get_logger().warning(note)
         self.obs_dim = int(self.env.observation_space.shape[0])
         self.act_dim = int(self.env.action_space.shape[0])
         self.low = self.env.action_space.low.astype(np.float64)
@@ -198,6 +200,9 @@ class SimBridge(FinishableNode):
             self._timer = self.create_timer(min(0.02, self.action_timeout / 4), self._tick)
         else:
             rate = (p["rate_hz"] or 1.0 / control_period(self.env)) * p["time_scale"]
+            if not 1e-3 <= rate <= 1e5:  # a timer period rcl can represent, and a useful one
+                raise ParameterError(f"real-time step rate {rate:g} Hz (rate_hz x time_scale) is outside "
+                                     "1e-3..1e5 Hz")
             self._timer = self.create_timer(1.0 / rate, self._realtime_step)
         self.get_logger().info(
             f"{p['env_id']} ({self.mode}, obs_dim {self.obs_dim}, act_dim {self.act_dim}, "
@@ -211,12 +216,15 @@ class SimBridge(FinishableNode):
         for name in ("max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps"):
             if p[name] < 0:
                 raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
-        if p["replay_batch"] < 1 or p["action_timeout_s"] <= 0 or p["rate_hz"] < 0 \
-                or p["learner_timeout_s"] <= 0:
-            raise ParameterError("parameters 'replay_batch' >= 1, 'action_timeout_s' > 0, "
-                                 "'learner_timeout_s' > 0 and 'rate_hz' >= 0 are required")
-        if p["time_scale"] <= 0:
-            raise ParameterError(f"parameter 'time_scale' must be > 0, got {p['time_scale']}")
+        if p["replay_batch"] < 1:
+            raise ParameterError(f"parameter 'replay_batch' must be >= 1, got {p['replay_batch']}")
+        # `not x > 0` also refuses NaN, which every comparison would let through
+        for name, least in (("action_timeout_s", 0.0), ("learner_timeout_s", 0.0), ("time_scale", 0.0),
+                            ("rate_hz", None)):
+            value = p[name]
+            if not (math.isfinite(value) and (value > least if least is not None else value >= 0)):
+                rule = "> 0" if least is not None else ">= 0"
+                raise ParameterError(f"parameter '{name}' must be a finite number {rule}, got {value}")
         self.learner_timeout = p["learner_timeout_s"]
         self.flow_control = p["mode"] == "lockstep" and p["flow_control"] and p["publish_replay"]
         self.sync_policy = p["sync_policy"] and p["policy_every"] > 0
@@ -465,6 +473,9 @@ class SimBridge(FinishableNode):
         return float(np.mean(self._returns[-10:])) if self._returns else math.nan
 
     def close(self) -> None:
+        if self.diverged:  # the running warning is throttled: the total, once
+            self.get_logger().warning(f"the simulation diverged on {self.diverged} steps in all (their "
+                                      "transitions were void)")
         try:
             self._flush()
         except Exception as err:  # the context may already be shut down (Ctrl-C)

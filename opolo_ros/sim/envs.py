@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
+import sys
+from collections import Counter
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -13,6 +16,31 @@ import numpy as np
 _DIVERGENCE_WARNINGS = tuple(int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS,
                                               mujoco.mjtWarning.mjWARN_BADQVEL,
                                               mujoco.mjtWarning.mjWARN_BADQACC))
+
+
+MUJOCO_WARNINGS_SHOWN = 3  # of each kind; the rest are counted in mujoco_warning_counts
+mujoco_warning_counts: Counter[str] = Counter()
+
+
+def _on_mujoco_warning(text: str) -> None:
+    kind = re.sub(r"\s*Time = [-+0-9.eE]+\.?", "", " ".join(text.split()))
+    mujoco_warning_counts[kind] += 1
+    n = mujoco_warning_counts[kind]
+    if n <= MUJOCO_WARNINGS_SHOWN:
+        more = " (further ones of this kind are counted, not printed)" if n == MUJOCO_WARNINGS_SHOWN else ""
+        print(f"MuJoCo warning: {kind}{more}", file=sys.stderr, flush=True)
+
+
+def route_mujoco_warnings() -> None:
+    """Show each kind of MuJoCo warning a few times, then only count it.
+
+    By default MuJoCo prints every warning and appends it to MUJOCO_LOG.TXT in the working folder:
+    a model that diverges on every step (each divergence resets it, and the next one warns again)
+    floods stderr and grows that file without bound. Divergence itself is reported by
+    :class:`DivergenceGuard` and counted by its callers. Process-wide; idempotent.
+    """
+    if mujoco.get_mju_user_warning() is not _on_mujoco_warning:
+        mujoco.set_mju_user_warning(_on_mujoco_warning)
 
 
 def _divergence_count(env: gym.Env) -> int:
@@ -30,6 +58,10 @@ class DivergenceGuard(gym.Wrapper):
     episode would go on from there; other envs may return NaN or inf. Such a step is reported as
     truncated; its transition is not a real one and callers drop it (sim_bridge, the direct loop).
     """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        route_mujoco_warnings()
 
     def step(self, action):  # type: ignore[override]
         before = _divergence_count(self.env)

@@ -20,7 +20,7 @@ DEFAULT_MJCF_STEPS = 1000
 
 
 def is_mjcf(env_id: str) -> bool:
-    return env_id.endswith(".xml")
+    return env_id.lower().endswith(".xml")
 
 
 class MjcfEnv(gym.Env):
@@ -46,6 +46,9 @@ class MjcfEnv(gym.Env):
         self.reset_noise = reset_noise
         self.joints = joint_layout_of_model(self.model)
         names, qpos, qvel = self.joints
+        if not names:
+            raise ValueError(f"MJCF {path} has no hinge or slide joint: the observation (their positions "
+                             "and velocities) would be empty; free and ball joints are not observed")
         dim = 2 * len(names)
         inf = np.full(dim, np.inf, dtype=np.float32)
         self.observation_space = gym.spaces.Box(-inf, inf, dtype=np.float32)
@@ -55,7 +58,25 @@ class MjcfEnv(gym.Env):
         low[limited] = self.model.actuator_ctrlrange[limited, 0]
         high[limited] = self.model.actuator_ctrlrange[limited, 1]
         self.action_space = gym.spaces.Box(low, high, dtype=np.float32)
+        self.notes = self._notes(path, limited)  # what the task leaves out: the bridge logs them
         self.dt = float(self.model.opt.timestep) * frame_skip
+
+    def _notes(self, path: Path, limited: np.ndarray) -> list[str]:
+        import mujoco
+
+        model, notes = self.model, []
+        unlimited = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, a) or f"actuator{a}"
+                     for a in np.flatnonzero(~limited)]
+        if unlimited:
+            notes.append(f"MJCF {path}: actuator(s) {unlimited} have no ctrlrange: their commands are "
+                         "limited to [-1, 1]; give them a ctrlrange to set other limits")
+        one_dof = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+        skipped = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}"
+                   for j in range(model.njnt) if int(model.jnt_type[j]) not in one_dof]
+        if skipped:
+            notes.append(f"MJCF {path}: free/ball joint(s) {skipped} are not observed (only hinge and "
+                         "slide joints are)")
+        return notes
 
     def _obs(self) -> np.ndarray:
         _, qpos, qvel = self.joints

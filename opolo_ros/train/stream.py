@@ -122,6 +122,7 @@ class StreamTrainer:
         self.result: TrainResult | None = None
         self.last_eval: tuple[int, float, float] = (-1, math.nan, math.nan)
         self.best_return = -math.inf
+        self.void_steps = 0  # transitions of diverged simulation steps: counted, never stored
         self._wall_offset = 0.0
         self._t0 = time.perf_counter()
         self.logger: RunLogger | None = None
@@ -249,6 +250,8 @@ class StreamTrainer:
             if not batch.void[i]:  # a void step (diverged sim) counts for the schedule, is not stored
                 self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i],
                                 batch.terminated[i], batch.truncated[i])
+            else:
+                self.void_steps += 1
             self.step += 1
             taken += 1
             self.acks[batch.source] = SourceAck(batch.seq, done + taken)
@@ -382,6 +385,7 @@ class StreamTrainer:
             "wall": self._elapsed(), "source": CHECKPOINT_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
+            "void_steps": self.void_steps,
         })
         if self.journal is not None:
             self.journal.truncate(self.step)
@@ -403,6 +407,7 @@ class StreamTrainer:
         self.pending = Plan(**pending) if pending else None
         self._periodic_due = bool(state.get("periodic_due", False))
         self.best_return = state.get("best_return", -math.inf)
+        self.void_steps = int(state.get("void_steps", 0))
         # a finished run started again reports its last evaluation instead of running another
         self.last_eval = tuple(state.get("last_eval", self.last_eval))
 
@@ -436,7 +441,12 @@ class StreamTrainer:
                                   self.expert_return, self.random_return, self.policy_path)
         evaluated = ("no evaluation (no reward)" if math.isnan(mean)
                      else f"eval return {mean:.1f} +- {std:.1f}")
-        self.hooks.log.info(f"done: {self.step} transitions, {evaluated}, run folder {self.run_dir}")
+        void = f" ({self.void_steps} of them void: the simulation diverged)" if self.void_steps else ""
+        self.hooks.log.info(f"done: {self.step} transitions{void}, {evaluated}, run folder {self.run_dir}")
+        if 2 * self.void_steps > self.step:
+            self.hooks.log.warning(f"most steps of this run diverged ({self.void_steps} of {self.step}): the "
+                                   "policy learned from few real transitions; check the model (actuator "
+                                   "gains and ranges, timestep)")
         return self.result
 
     def close(self) -> None:
