@@ -37,6 +37,8 @@ def test_yaml_and_overrides(tmp_path):
     ("opolo:\n  normalize_disc: 3\n", "true/false"),
     ("schedule: [1, 2]\n", "config 'schedule': expected a mapping"),
     ("env_id: [unclosed\n", "not valid YAML"),
+    ("learner: 5\n", "section 'learner' must hold a 'ros__parameters' mapping"),
+    ("/**:\n  ros__parameters: {seed: 1}\nlearner: [1]\n", "section 'learner' must hold a 'ros__parameters'"),
 ])
 def test_bad_yaml_gives_clear_errors(tmp_path, text, match):
     p = tmp_path / "bad.yaml"

@@ -298,6 +298,11 @@ def run_section(data: Any, path: Path | str = "<config>",
     """
     if not isinstance(data, Mapping):
         raise ValueError(f"config file {path}: expected a mapping at the top level")
+    for node in RUN_SECTIONS:  # a parameter-file section of another shape: say so, not "unknown key"
+        section = data.get(node)
+        if node in data and not (isinstance(section, Mapping) and "ros__parameters" in section):
+            raise ValueError(f"config file {path}: section '{node}' must hold a 'ros__parameters' mapping "
+                             f"(a ROS 2 parameter file), got {section!r}")
     if not any(isinstance(v, Mapping) and "ros__parameters" in v for v in data.values()):
         return data
     merged: dict[str, Any] = {}
