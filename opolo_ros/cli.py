@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -271,9 +273,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminated(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}; what was written before is kept")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen command; bad input becomes a one-line error and status 2."""
+    """Run the chosen command; bad input becomes a one-line error and status 2. SIGTERM outside the
+    training loop's own handling (setting up, a second signal while it saves) ends the command as
+    SIGINT does: one line and status 130, not a silent 143."""
     func: Callable[[argparse.Namespace], int] = args.func
+    own_handling = (args.command in ("launch", "queue")
+                    or threading.current_thread() is not threading.main_thread())
+    previous = None if own_handling else signal.signal(signal.SIGTERM, _terminated)
     try:
         return func(args)
     except BrokenPipeError:  # output piped into `head` and the like: not an error
@@ -283,9 +294,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"opolo-ros {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        why = str(exc) or "the last checkpoint is kept"
+        why = str(exc) or "what was written before is kept"
         print(f"opolo-ros {args.command}: interrupted: {why}", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:

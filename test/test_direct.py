@@ -210,6 +210,35 @@ def test_stop_inside_an_update_burst_resumes_to_the_uninterrupted_run(tmp_path, 
     assert [row.split(",")[0] for row in evals] == ["100", "160"]
 
 
+def test_stop_inside_an_evaluation_ends_it_and_the_resumed_run_evaluates_again(tmp_path, demos):
+    """A stop in the middle of step 100's evaluation (10 episodes) ends it within a step; the
+    evaluation is still due in the checkpoint, done on resume, and the run ends bit-identical."""
+    extra = {"total_steps": 160, "eval_every": 100, "eval_episodes": 10}
+    plain = DirectTrainer(small_cfg(tmp_path / "a", demos, **extra))
+    plain.train()
+    stopped = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
+    policy, calls = stopped.policy, []
+
+    def policy_that_stops(obs):  # the evaluation's policy: stop after 5 of its steps
+        calls.append(1)
+        if len(calls) == 5:
+            stopped.stop.set()
+        return policy(obs)
+
+    stopped.policy = policy_that_stops
+    with pytest.raises(TrainingInterrupted):
+        stopped.train()
+    assert stopped.step == 100 and stopped.eval_due and len(calls) == 5  # not one step more
+    assert not (tmp_path / "b" / "run_opolo" / "eval.csv").exists()
+    resumed = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
+    resumed.train()
+    for x, y in zip(params(plain), params(resumed)):
+        assert torch.equal(x, y)
+    plain_rows = (tmp_path / "a" / "run_opolo" / "eval.csv").read_text().splitlines()[1:]
+    rows = (tmp_path / "b" / "run_opolo" / "eval.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[:3] for r in rows] == [r.split(",")[:3] for r in plain_rows]  # steps, returns
+    assert [r.split(",")[0] for r in rows] == ["100", "160"]
+
 @pytest.mark.parametrize("algo", ["opolo", "td3"])
 def test_stream_trainer_runs_the_direct_loops_updates(tmp_path, demos, algo):
     """The learner node's trainer, fed the direct loop's transitions as replay batches (actions in the
@@ -295,3 +324,17 @@ def test_torch_rng_state_round_trip_and_checkpoints_without_cuda_state():
     assert torch.equal(torch.rand(3), first)
     restore_torch_rng({"torch_rng": state["torch_rng"]})  # written before the CUDA states were saved
     assert torch.equal(torch.rand(3), first)
+
+
+def test_checkpoint_files_left_by_a_killed_save_are_removed_and_errors_say_how_to_start_over(tmp_path):
+    from opolo_ros.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+    path = tmp_path / "checkpoint.pt"
+    (tmp_path / ".checkpoint.pt.abc123.tmp").write_bytes(b"half a checkpoint")  # kill -9 mid-save
+    save_checkpoint(path, {"config": {"env_id": "x", "algo": "opolo"}, "step": 1, "runner": {}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+    path.write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match=r"cannot be read .*; start over with --no-resume$"):
+        load_checkpoint(path, "start over with --no-resume")
+    assert "without --no-resume to resume" in str(TrainingInterrupted(5, path, same_command_resumes=False))
+    assert "run the same command again to resume" in str(TrainingInterrupted(5, path))

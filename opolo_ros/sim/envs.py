@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 
@@ -123,9 +124,16 @@ def make_env(env_id: str, seed: int | None = None, time_feature: bool = False, *
     return env
 
 
+class EvaluationInterrupted(Exception):
+    """A stop request arrived in the middle of an evaluation (see :func:`evaluate`)."""
+
+
 def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int = 10,
-             seed: int = 10_000, time_feature: bool = False) -> np.ndarray:
-    """Deterministic evaluation: returns of `episodes` episodes; `policy` maps obs -> env-unit action."""
+             seed: int = 10_000, time_feature: bool = False,
+             stop: threading.Event | None = None) -> np.ndarray:
+    """Deterministic evaluation: returns of `episodes` episodes; `policy` maps obs -> env-unit action.
+    Raises :class:`EvaluationInterrupted` at the first step after `stop` is set (a long evaluation
+    must not hold up a stopping run; it is done again when the run resumes)."""
     env = make_env(env_id, time_feature=time_feature)
     returns = []
     try:
@@ -133,6 +141,8 @@ def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: 
             obs, _ = env.reset(seed=seed + k)
             done, total = False, 0.0
             while not done:
+                if stop is not None and stop.is_set():
+                    raise EvaluationInterrupted
                 obs, r, term, trunc, _ = env.step(policy(obs))
                 total += float(r)
                 done = term or trunc

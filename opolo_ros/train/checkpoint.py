@@ -17,8 +17,13 @@ class CheckpointError(ValueError):
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """Write `state` to a temporary file next to `path`, then rename it over `path`. Temporary files
+    of a save that was killed (``kill -9`` mid-write) are removed first: one writer per run folder
+    (its lock), so none of them is in use."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -31,20 +36,23 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
         raise
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_checkpoint(path: str | Path, start_over: str = "") -> dict[str, Any]:
+    """A checkpoint's state; CheckpointError (one line, ending with `start_over`: how to start
+    afresh) for a file that cannot be read or is no training run's checkpoint."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    how = f"; {start_over}" if start_over else ""
     try:
         state = torch.load(path, weights_only=False, map_location="cpu")
     except Exception as exc:  # corrupt or truncated file
-        raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})") from exc
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}){how}") from exc
     config = state.get("config") if isinstance(state, dict) else None
     if not (isinstance(config, dict) and {"env_id", "algo"} <= config.keys()
             and {"step", "runner"} <= state.keys()):
         raise CheckpointError(f"checkpoint {path} is not an opolo_ros checkpoint (a torch file holding a "
                               f"{type(state).__name__}, without the 'config', 'step' and 'runner' entries "
-                              "a training run writes)")
+                              f"a training run writes){how}")
     return state
 
 

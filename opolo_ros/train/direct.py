@@ -33,6 +33,7 @@ from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
+    EvaluationInterrupted,
     add_time_feature,
     evaluate,
     get_env_state,
@@ -56,9 +57,10 @@ from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
 class TrainingInterrupted(KeyboardInterrupt):
     """Training stopped by a signal after writing its checkpoint; the same command resumes it."""
 
-    def __init__(self, step: int, checkpoint: Path) -> None:
-        super().__init__(f"stopped at env step {step}; checkpoint {checkpoint} written, "
-                         "run the same command again to resume")
+    def __init__(self, step: int, checkpoint: Path, same_command_resumes: bool = True) -> None:
+        how = ("run the same command again to resume" if same_command_resumes else
+               "run the command again without --no-resume to resume (with it, the run starts over)")
+        super().__init__(f"stopped at env step {step}; checkpoint {checkpoint} written, {how}")
         self.step, self.checkpoint = step, checkpoint
 
 
@@ -222,6 +224,7 @@ class DirectTrainer:
         self.best_return = -math.inf
         self.stop = threading.Event()  # set by SIGINT/SIGTERM during `train`
         self.pending: Plan | None = None  # updates of this step's plan not run yet (a stop came)
+        self.eval_due = False  # this step's evaluation was cut short by a stop: done on resume
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -237,13 +240,14 @@ class DirectTrainer:
             "random_return": self.random_return, "wall": self.wall_offset + self._elapsed(),
             "best_return": self.best_return,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
+            "eval_due": self.eval_due,
         })
 
     def restore(self, path: Path | None = None) -> None:
         path = path or self.checkpoint_path
-        state = load_checkpoint(path)
-        restore_runner(self.runner, state, to_dict(self.cfg), path,
-                       "start over in another run_dir (or with --no-resume)")
+        start_over = "start over in another run_dir (or with --no-resume)"
+        state = load_checkpoint(path, start_over)
+        restore_runner(self.runner, state, to_dict(self.cfg), path, start_over)
         self.step = state["step"]
         self.rng.bit_generator.state = state["rng"]
         restore_torch_rng(state)
@@ -254,6 +258,7 @@ class DirectTrainer:
         self.wall_offset = state["wall"]
         self.best_return = state.get("best_return", -math.inf)
         self.pending = Plan(**state["pending"]) if state.get("pending") else None
+        self.eval_due = bool(state.get("eval_due", False))
 
     # ------------------------------------------------------------------ loop
     @property
@@ -292,9 +297,9 @@ class DirectTrainer:
             self.obs, _ = self.env.reset()
         return metrics
 
-    def evaluate(self, episodes: int) -> tuple[float, float]:
+    def evaluate(self, episodes: int, stop: threading.Event | None = None) -> tuple[float, float]:
         returns = evaluate(self.policy, self.cfg.env_id, episodes, seed=10_000 + self.cfg.seed,
-                           time_feature=self.cfg.time_feature)
+                           time_feature=self.cfg.time_feature, stop=stop)
         return float(returns.mean()), float(returns.std())
 
     def export(self, path: Path) -> Path:
@@ -332,6 +337,8 @@ class DirectTrainer:
                     _, self.pending = self.runner.run_until_stopped(self.pending, self.stop)
                     if self.pending is None:
                         self._periodic(logger, bar)
+                elif self.eval_due:  # stopped inside this step's evaluation: do it now
+                    self._periodic(logger, bar)
                 while not self.finished and not self.stop.is_set():
                     metrics = self.env_step()
                     bar.update(1)
@@ -354,7 +361,7 @@ class DirectTrainer:
             self.save()
             self.export(self.run_dir / "policy.onnx")
             logger.close()
-            raise TrainingInterrupted(self.step, self.checkpoint_path)
+            raise TrainingInterrupted(self.step, self.checkpoint_path, same_command_resumes=resume)
         mean, std = self._last_eval if self._last_eval_step == self.step else self._log_eval(logger, None)
         self.save()
         policy_path = self.export(self.run_dir / "policy.onnx")
@@ -372,17 +379,24 @@ class DirectTrainer:
             self._last_eval_step = self.step
 
     def _periodic(self, logger: RunLogger, bar: tqdm | None) -> None:
-        """Evaluation, checkpoint and export, each when due at this step."""
+        """Evaluation, checkpoint and export, each when due at this step. A stop request ends the
+        evaluation at once; it is then still due (``eval_due``, checkpointed) and done on resume."""
         cfg = self.cfg
         if cfg.eval_every and self.step % cfg.eval_every == 0:
-            self._log_eval(logger, bar)
+            try:
+                self._log_eval(logger, bar, self.stop)
+            except EvaluationInterrupted:
+                self.eval_due = True
+                return  # the stop path writes the checkpoint and the policy
+        self.eval_due = False
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             self.save()
         if cfg.export_every and self.step % cfg.export_every == 0:
             self.export(self.run_dir / "policy.onnx")
 
-    def _log_eval(self, logger: RunLogger, bar: tqdm | None) -> tuple[float, float]:
-        mean, std = self.evaluate(self.cfg.eval_episodes)
+    def _log_eval(self, logger: RunLogger, bar: tqdm | None,
+                  stop: threading.Event | None = None) -> tuple[float, float]:
+        mean, std = self.evaluate(self.cfg.eval_episodes, stop)
         norm = normalised_score(mean, self.random_return, self.expert_return)
         logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
         logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,

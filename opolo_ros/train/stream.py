@@ -37,7 +37,7 @@ from opolo_ros.data.journal import JournalRecord, ReplayJournal
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
-from opolo_ros.sim.envs import evaluate, normalised_score, random_policy_return
+from opolo_ros.sim.envs import EvaluationInterrupted, evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
     CheckpointError,
@@ -63,8 +63,7 @@ PolicyCall = Callable[[np.ndarray], np.ndarray]
 CHECKPOINT_SOURCE = "learner node"
 
 
-class Interrupted(Exception):
-    """A stop request arrived in the middle of a long operation (an evaluation)."""
+Interrupted = EvaluationInterrupted  # a stop request in the middle of an evaluation
 
 
 class Log(Protocol):
@@ -346,9 +345,8 @@ class StreamTrainer:
         cfg = self.cfg
         if is_mjcf(cfg.env_id):
             return math.nan, math.nan
-        policy = self._interruptible(PolicyFn(self.learner.actor, self.scaler))
-        returns = evaluate(policy, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed,
-                           time_feature=cfg.time_feature)
+        returns = evaluate(PolicyFn(self.learner.actor, self.scaler), cfg.env_id, cfg.eval_episodes,
+                           seed=10_000 + cfg.seed, time_feature=cfg.time_feature, stop=self.stop)
         mean, std = float(returns.mean()), float(returns.std())
         norm = normalised_score(mean, self.random_return, self.expert_return)
         self.logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
@@ -365,17 +363,6 @@ class StreamTrainer:
                                            self.hooks.log.info)
         return mean, std
 
-    def _interruptible(self, policy: PolicyCall) -> PolicyCall:
-        """`policy` that raises :class:`Interrupted` once a stop is requested (ends an evaluation)."""
-        stop = self.stop
-
-        def act(obs: np.ndarray) -> np.ndarray:
-            if stop.is_set():
-                raise Interrupted
-            return policy(obs)
-
-        return act
-
     def save(self) -> None:
         """Checkpoint, then truncate the replay journal to what the checkpoint does not hold."""
         save_checkpoint(self.checkpoint_path, {
@@ -391,7 +378,7 @@ class StreamTrainer:
             self.journal.truncate(self.step)
 
     def _restore(self) -> None:
-        state = load_checkpoint(self.checkpoint_path)
+        state = load_checkpoint(self.checkpoint_path, "use another run_dir (or resume:=false to start over)")
         if state.get("source") != CHECKPOINT_SOURCE:
             raise CheckpointError(f"checkpoint {self.checkpoint_path} was written by the direct loop, not by "
                                   "the learner node; use another run_dir (or resume:=false to start over)")
