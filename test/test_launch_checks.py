@@ -82,12 +82,16 @@ def test_shared_section_takes_any_nodes_parameters_and_names_resolve_to_executab
         lr.node_parameters(path, "bridge2", executable="actor")
 
 
-def test_sim_train_refuses_a_typo_in_another_nodes_section(tmp_path):
-    """The review's repro: `max_ahed` in the sim_bridge section ran with max_ahead 0."""
-    text = (ROOT / "config" / "inverted_pendulum.yaml").read_text().replace("max_ahead: 50", "max_ahed: 50")
-    path = tmp_path / "typo.yaml"
+@pytest.mark.parametrize("replacement,match", [
+    # the review's repro: `max_ahed` in the sim_bridge section ran with max_ahead 0
+    ("max_ahed: 50", r"section 'sim_bridge': unknown key 'max_ahed'.*'max_ahead'"),
+    ("max_ahead: abc", r"parameter sim_bridge.max_ahead: expected an integer, got 'abc'"),
+])
+def test_sim_train_refuses_a_bad_key_or_value_in_another_nodes_section(tmp_path, replacement, match):
+    text = (ROOT / "config" / "inverted_pendulum.yaml").read_text().replace("max_ahead: 50", replacement)
+    path = tmp_path / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(ValueError, match=r"section 'sim_bridge': unknown key 'max_ahed'.*'max_ahead'"):
+    with pytest.raises(ValueError, match=match):
         lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"])
 
 
@@ -162,12 +166,7 @@ def test_sim_train_on_an_mjcf_model_without_demos_says_it_needs_them(tmp_path):
         lr.describe_launch("sim_train", [f"env:={tmp_path / 'robot.xml'}", f"run_dir:={tmp_path / 'run'}"])
 
 
-def test_typed_value_of_a_parameter_file_value_names_it(tmp_path):
-    text = (ROOT / "config" / "inverted_pendulum.yaml").read_text().replace("max_ahead: 50", "max_ahead: abc")
-    path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    with pytest.raises(ValueError, match=r"parameter sim_bridge.max_ahead: expected an integer, got 'abc'"):
-        lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"])
+def test_typed_value_reads_yaml_scalars():
     assert lr.typed_value("1e-3", float, "x") == 0.001 and lr.typed_value("2", float, "x") == 2.0
     assert lr.typed_value("yes", bool, "x") is True
 
