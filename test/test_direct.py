@@ -338,3 +338,35 @@ def test_checkpoint_files_left_by_a_killed_save_are_removed_and_errors_say_how_t
         load_checkpoint(path, "start over with --no-resume")
     assert "without --no-resume to resume" in str(TrainingInterrupted(5, path, same_command_resumes=False))
     assert "run the same command again to resume" in str(TrainingInterrupted(5, path))
+
+
+def test_a_re_sent_batch_0_is_a_duplicate_a_restarted_bridges_batch_0_is_not(tmp_path, demos):
+    """A bridge re-sends its unacknowledged batches when the learner's acknowledgement stalls (the
+    P_I pre-training inside the first batch is enough): a re-sent batch 0 was consumed twice, and
+    the acknowledgement fell back to seq 0. A restarted bridge's new batch 0 is still consumed."""
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=10_000)
+    hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("s"))
+    stream = StreamTrainer(cfg, policy_every=cfg.total_steps, hooks=hooks)
+    stream.start(None, resume=False, journal=False, journal_fsync=False)
+    rng = np.random.default_rng(0)
+
+    def batch(seq: int) -> ReplayBatch:
+        rows = rng.normal(0, 0.1, (20, 4 + 1 + 4 + 3)).astype(np.float32)
+        rows[:, -2:] = 0.0  # not terminated, not truncated
+        return ReplayBatch.from_rows(rows, stream.obs_dim, seq=seq, source=3)
+
+    first, second = batch(0), batch(1)
+    for b in (first, second):
+        assert not stream.is_duplicate(b)
+        stream.ingest(b)
+    assert stream.is_duplicate(first) and stream.is_duplicate(second)  # re-sent: dropped
+    restarted = batch(0)  # another first batch: a bridge counting anew
+    assert not stream.is_duplicate(restarted)
+    stream.ingest(restarted)
+    assert stream.step == 60 and stream.acks[3].seq == 0
+    stream.save()
+    stream.close()
+    again = StreamTrainer(cfg, policy_every=cfg.total_steps, hooks=hooks)
+    again.start(None, resume=True, journal=False, journal_fsync=False)
+    assert again.is_duplicate(restarted) and not again.is_duplicate(first)  # kept in the checkpoint
+    again.close()

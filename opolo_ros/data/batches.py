@@ -10,6 +10,7 @@ journal (:mod:`opolo_ros.data.journal`) stores the same rows.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,6 +40,10 @@ class ReplayBatch:
 
     def __len__(self) -> int:
         return self.obs.shape[0]
+
+    def fingerprint(self) -> int:
+        """CRC-32 of the batch's rows: tells a re-sent batch from another one with the same ``seq``."""
+        return zlib.crc32(self.rows().tobytes())
 
     def rows(self) -> np.ndarray:
         """The batch as float32 rows ``[obs | action | next_obs | reward | terminated | truncated]``."""

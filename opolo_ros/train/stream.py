@@ -122,6 +122,7 @@ class StreamTrainer:
         self.last_eval: tuple[int, float, float] = (-1, math.nan, math.nan)
         self.best_return = -math.inf
         self.void_steps = 0  # transitions of diverged simulation steps: counted, never stored
+        self.first_batches: dict[int, int] = {}  # source -> fingerprint of the batch 0 consumed last
         self._wall_offset = 0.0
         self._t0 = time.perf_counter()
         self.logger: RunLogger | None = None
@@ -203,9 +204,18 @@ class StreamTrainer:
             self._consume_backlog()
 
     def is_duplicate(self, batch: ReplayBatch) -> bool:
-        """Whether the batch's ``(source, seq)`` was consumed already (a bridge re-sent it)."""
+        """Whether the batch's ``(source, seq)`` was consumed already (a bridge re-sent it).
+
+        ``seq`` 0 from a source seen before is either a bridge that restarted without a learner to
+        continue its count from (a new count: consumed) or a re-send of the batch 0 consumed
+        already (a bridge whose first batch stayed unacknowledged past its timeout, e.g. through
+        the P_I pre-training): the batch-0 fingerprint tells them apart."""
         previous = self.acks.get(batch.source)
-        return previous is not None and 0 < batch.seq <= previous.seq  # seq 0: a restarted bridge
+        if previous is None:
+            return False
+        if batch.seq == 0:
+            return self.first_batches.get(batch.source) == batch.fingerprint()
+        return batch.seq <= previous.seq
 
     def ingest(self, batch: ReplayBatch) -> None:
         """Journal the batch, then consume it (and acknowledge what was consumed)."""
@@ -237,6 +247,8 @@ class StreamTrainer:
     def _consume(self, batch: ReplayBatch, start: int = 0) -> None:
         """Consume the batch from row `start` on, one transition at a time, then acknowledge."""
         previous = self.acks.get(batch.source)
+        if start == 0 and batch.seq == 0:
+            self.first_batches[batch.source] = batch.fingerprint()
         if start == 0 and previous is not None and batch.seq != previous.seq + 1:
             self.hooks.log.warning(f"replay source {batch.source}: batch {batch.seq} after "
                                    f"{previous.seq} (lost or reordered batches)")
@@ -372,7 +384,7 @@ class StreamTrainer:
             "wall": self._elapsed(), "source": CHECKPOINT_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
-            "void_steps": self.void_steps,
+            "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
         })
         if self.journal is not None:
             self.journal.truncate(self.step)
@@ -395,6 +407,7 @@ class StreamTrainer:
         self._periodic_due = bool(state.get("periodic_due", False))
         self.best_return = state.get("best_return", -math.inf)
         self.void_steps = int(state.get("void_steps", 0))
+        self.first_batches = {int(k): int(v) for k, v in state.get("first_batches", {}).items()}
         # a finished run started again reports its last evaluation instead of running another
         self.last_eval = tuple(state.get("last_eval", self.last_eval))
 
