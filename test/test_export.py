@@ -266,3 +266,14 @@ def test_training_export_warns_instead_of_failing_on_a_check_miss(tmp_path, monk
     obs = np.zeros((1, 4), np.float32)
     expected = actor(torch.from_numpy(obs)).detach().numpy()
     np.testing.assert_allclose(onnx_policy.load_policy(path)(obs), expected, atol=1e-5)
+
+
+def test_training_export_of_a_diverged_policy_says_so(tmp_path):
+    actor = Actor(4, 1, (8,))
+    with torch.no_grad():
+        actor.net[0].weight[0, 0] = float("nan")
+    warnings_seen: list[str] = []
+    path = onnx_policy.export_policy_or_warn(actor, tmp_path / "p.onnx", warnings_seen.append,
+                                             action_low=-1.0, action_high=1.0, metadata={"env_id": "Test-v0"})
+    assert len(warnings_seen) == 1 and "weights are not finite (net.0.weight)" in warnings_seen[0]
+    assert np.isnan(onnx_policy.load_policy(path)(np.zeros((1, 4), np.float32))).all()

@@ -205,7 +205,13 @@ def test_callbacks_count_what_they_reject(nodes) -> None:
     replay.data[3] = math.inf
     learner._on_demo(demo)
     assert learner.take(replay) is None
-    assert learner.rejected == {"replay": before["replay"] + 1, "demonstration": before["demonstration"] + 1}
+    absurd = m.replay_to_msg(np.zeros((2, 4)), np.array([[0.5], [1e6]]), np.zeros((2, 4)), np.zeros(2),
+                             np.zeros(2), np.zeros(2), seq=2, source=5)  # InvertedPendulum's bounds: +-3
+    assert learner.take(absurd) is None
+    inside = m.replay_to_msg(np.zeros((2, 4)), np.array([[-3.0], [3.0]]), np.zeros((2, 4)), np.zeros(2),
+                             np.zeros(2), np.zeros(2), seq=3, source=5)
+    assert learner.take(inside) is not None  # at the bounds: taken
+    assert learner.rejected == {"replay": before["replay"] + 2, "demonstration": before["demonstration"] + 1}
     assert 77 not in learner.demos
     steps = bridge.steps
     bridge._waiting_action = True

@@ -368,7 +368,15 @@ def export_policy_or_warn(actor: torch.nn.Module, path: str | os.PathLike[str],
     """`export_policy` for training loops: a policy that fails the check is still exported, with a
     warning, instead of ending a long run (an actor waiting for the next version must not wait
     forever). Before the check allowed for float32 rounding this happened to trained policies;
-    now it points to a wrong graph, or to float32 rounding beyond what the allowance covers."""
+    now it points to a wrong graph, or to float32 rounding beyond what the allowance covers.
+    A policy whose weights are not finite (training diverged) is said so."""
+    import torch
+
+    broken = [name for name, p in actor.named_parameters() if not torch.isfinite(p).all()]
+    if broken:  # its actions are NaN: deploy actors send their safe command instead
+        warn(f"the policy's weights are not finite ({', '.join(broken)}): training diverged "
+             "(replay of absurd values, a learning rate too high?); exported as it is")
+        return export_policy(actor, path, verify=False, **kwargs)
     try:
         return export_policy(actor, path, **kwargs)
     except PolicyExportError as err:

@@ -58,6 +58,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from std_msgs.msg import Float32MultiArray, Int64MultiArray, UInt8MultiArray
 
@@ -99,6 +100,7 @@ PARAMETERS = LEARNER_PARAMETERS
 
 
 LOG_THROTTLE_S = 1.0
+ACTION_TOLERANCE = 1e-3  # of half an action range: float32 rounding of a clipped action, not more
 
 
 class Learner(FinishableNode):
@@ -282,6 +284,11 @@ class Learner(FinishableNode):
         duplicate. Never raises for any message."""
         try:
             batch = m.msg_to_replay(msg, self.trainer.obs_dim, self.trainer.act_dim)
+            scaler = self.trainer.scaler
+            outside = np.abs(scaler.to_unit(batch.action)).max(initial=0.0) - 1.0
+            if outside > ACTION_TOLERANCE:  # a sim bridge stores the action it applied, clipped
+                raise m.MessageError(f"actions outside the task's bounds [{scaler.low.tolist()}, "
+                                     f"{scaler.high.tolist()}] (by {outside:.3g} half ranges)")
         except m.MessageError as err:
             self.rejected["replay"] += 1
             self.get_logger().error(f"rejected replay batch ({self.rejected['replay']} so far): {err}",
