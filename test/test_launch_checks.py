@@ -191,6 +191,14 @@ def test_sim_train_refuses_demonstrations_of_another_task_before_any_node_starts
     assert not (tmp_path / "run").exists()
 
 
+def test_demonstrations_of_another_task_with_the_same_obs_dim_are_refused(tmp_path):
+    """HalfCheetah and Walker2d both observe 17 values: the bag's recorded task tells them apart."""
+    with pytest.raises(ValueError, match=r"recorded on HalfCheetah-v5 \(the bag's metadata says so\), "
+                                         r"not on Walker2d-v5"):
+        args = ["params_file:=config/walker2d.yaml", "demos:=models/demos/HalfCheetah-v5"]
+        lr.describe_launch("sim_train", [*args, f"run_dir:={tmp_path / 'run'}"])
+
+
 def test_record_expert_takes_the_time_feature_from_the_expert_and_refuses_a_wrong_one(tmp_path):
     """The shipped Hopper expert sees the time feature: `auto` turns it on; `false` would feed it
     11 values for 12 inputs and record the watchdog's safe commands, so it is refused."""

@@ -98,6 +98,13 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int) -> tuple[list[Epis
     demos = prepare_demos(cfg, max_steps) if cfg.algo == "opolo" else []
     if not demos:
         return demos, None
+    from opolo_ros.sim.tasks import is_mjcf
+
+    recorded = {str(ep.meta.get("env_id", "")) for ep in demos} - {""}
+    other = sorted(t for t in recorded if t != cfg.env_id and not is_mjcf(t) and not is_mjcf(cfg.env_id))
+    if other:  # same obs_dim (HalfCheetah and Walker2d: 17) would pass the dimension check below
+        raise ValueError(f"demonstrations {cfg.demos} were recorded on {', '.join(other)} (the bag's "
+                         f"metadata says so), not on {cfg.env_id}")
     try:
         return demos, ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
     except ValueError as err:
