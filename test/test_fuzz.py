@@ -230,3 +230,16 @@ def test_learner_warns_when_replay_comes_from_another_source(nodes, capfd) -> No
     err = capfd.readouterr().err
     assert f"replay from a new source {sources[1]}" in err and "ROS_DOMAIN_ID" in err
     assert err.count(f"replay from a new source {sources[0]}") <= 1  # once per source, not per batch
+
+
+def test_learner_says_when_a_demonstration_episode_is_replaced(nodes, capfd) -> None:
+    """Two demo players on one learner number their episodes alike: the second replaces the first,
+    which is said; the same episode again (a transient-local re-delivery) is not."""
+    learner = nodes["learner"]
+    first = m.demonstration_to_msg(np.zeros((3, 4)), 1.0, 55)
+    learner._on_demo(first)
+    learner._on_demo(first)
+    assert "episode 55 received again" not in capfd.readouterr().err
+    learner._on_demo(m.demonstration_to_msg(np.ones((5, 4)), 2.0, 55))
+    assert "episode 55 received again with other states: the later one replaces it" in capfd.readouterr().err
+    assert len(learner.demos[55].obs) == 5

@@ -120,6 +120,7 @@ class Learner(FinishableNode):
         self.sources: set[int] = set()  # replay sources (bridges) seen by this process
         self.error: BaseException | None = None
         self.demos: dict[int, Episode] = {}
+        self._demos_taken = False  # the worker took its demonstrations: later ones are not used
         self._demo_last = 0.0
         self._replay_queue: queue.Queue[Float32MultiArray] = queue.Queue()
         self._progress_lock = threading.Lock()
@@ -172,6 +173,16 @@ class Learner(FinishableNode):
             self.get_logger().error(f"rejected demonstration ({self.rejected['demonstration']} so far): "
                                     f"{err}", throttle_duration_sec=LOG_THROTTLE_S)
             return
+        earlier = self.demos.get(demo.episode)
+        if earlier is not None and np.array_equal(earlier.obs, episode.obs):
+            return  # the same episode again (a transient-local re-delivery): no news
+        if self._demos_taken:
+            self.get_logger().warning(f"demonstration episode {demo.episode} arrived after training "
+                                      "started: not used", throttle_duration_sec=LOG_THROTTLE_S)
+        elif earlier is not None:
+            self.get_logger().warning(
+                f"demonstration episode {demo.episode} received again with other states: the later one "
+                "replaces it (two demo players on one learner number their episodes alike)")
         self.demos[demo.episode] = episode
         self._demo_last = time.monotonic()
 
@@ -236,9 +247,11 @@ class Learner(FinishableNode):
             settled = n > 0 and time.monotonic() - self._demo_last > self.params["demo_settle_s"]
             if n >= want or settled:
                 episodes = [self.demos[k] for k in sorted(self.demos)][:want]
+                self._demos_taken = True
                 if len(episodes) < want:
+                    rejected = self.rejected["demonstration"]
                     self.get_logger().warning(f"only {len(episodes)} of num_demos={want} demonstrations "
-                                              "arrived; training with those")
+                                              f"arrived ({rejected} rejected); training with those")
                 self.get_logger().info(f"{len(episodes)} demonstrations, "
                                        f"{sum(len(ep.obs) - 1 for ep in episodes)} expert transitions")
                 return episodes
