@@ -100,15 +100,16 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int) -> tuple[list[Epis
         return demos, None
     from opolo_ros.sim.tasks import is_mjcf
 
-    recorded = {str(ep.meta.get("env_id", "")) for ep in demos} - {""}
-    other = sorted(t for t in recorded if t != cfg.env_id and not is_mjcf(t) and not is_mjcf(cfg.env_id))
-    if other:  # same obs_dim (HalfCheetah and Walker2d: 17) would pass the dimension check below
-        raise ValueError(f"demonstrations {cfg.demos} were recorded on {', '.join(other)} (the bag's "
-                         f"metadata says so), not on {cfg.env_id}")
     try:
-        return demos, ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
+        data = ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
     except ValueError as err:
         raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}") from None
+    recorded = {str(ep.meta.get("env_id", "")) for ep in demos} - {""}
+    other = sorted(t for t in recorded if t != cfg.env_id and not is_mjcf(t) and not is_mjcf(cfg.env_id))
+    if other:  # same obs_dim (HalfCheetah and Walker2d: 17): the dimension check above passed
+        raise ValueError(f"demonstrations {cfg.demos} were recorded on {', '.join(other)} (the bag's "
+                         f"metadata says so), not on {cfg.env_id}")
+    return demos, data
 
 
 def check_demonstrations(cfg: RunConfig) -> None:
