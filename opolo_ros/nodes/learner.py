@@ -81,12 +81,12 @@ from opolo_ros.nodes.common import (
 )
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
-from opolo_ros.sim.envs import add_time_feature
+from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature
 from opolo_ros.train.checkpoint import CheckpointError
 from opolo_ros.train.direct import TrainResult
 from opolo_ros.train.reorder import ReorderBuffer
 from opolo_ros.train.runlock import RunFolderInUse
-from opolo_ros.train.stream import Interrupted, StreamHooks, StreamTrainer
+from opolo_ros.train.stream import StreamHooks, StreamTrainer
 
 
 def run_config_parameters() -> dict[str, Any]:
@@ -203,7 +203,7 @@ class Learner(FinishableNode):
             self._loop()
             if self.trainer.done and not self._stop.is_set():
                 self.trainer.finish()
-        except Interrupted:
+        except EvaluationInterrupted:
             pass  # checkpointed below
         except (RunFolderInUse, CheckpointError) as err:  # clear conditions: one line, no traceback
             self.error = err

@@ -63,9 +63,6 @@ PolicyCall = Callable[[np.ndarray], np.ndarray]
 CHECKPOINT_SOURCE = "learner node"
 
 
-Interrupted = EvaluationInterrupted  # a stop request in the middle of an evaluation
-
-
 class Log(Protocol):
     """What the trainer logs to (an rclpy logger fits)."""
 
@@ -314,7 +311,7 @@ class StreamTrainer:
         if cfg.eval_every and n % cfg.eval_every == 0:
             try:
                 self._evaluate()
-            except Interrupted:
+            except EvaluationInterrupted:
                 return False
         self._periodic_due = False
         if cfg.checkpoint_every and n % cfg.checkpoint_every == 0:
