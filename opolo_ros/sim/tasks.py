@@ -70,9 +70,7 @@ class MjcfEnv(gym.Env):
         if unlimited:
             notes.append(f"MJCF {path}: actuator(s) {unlimited} have no ctrlrange: their commands are "
                          "limited to [-1, 1]; give them a ctrlrange to set other limits")
-        one_dof = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-        skipped = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}"
-                   for j in range(model.njnt) if int(model.jnt_type[j]) not in one_dof]
+        skipped = [name for _, name, one_dof in model_joints(model) if not one_dof]
         if skipped:
             notes.append(f"MJCF {path}: free/ball joint(s) {skipped} are not observed (only hinge and "
                          "slide joints are)")
@@ -106,17 +104,22 @@ def joint_layout_of_model(model) -> JointLayout:
 
     Free and ball joints have no scalar position, so they are left out of ``/joint_states``.
     """
+    names, qpos, qvel = [], [], []
+    for j, name, one_dof in model_joints(model):
+        if one_dof:
+            names.append(name)
+            qpos.append(model.jnt_qposadr[j])
+            qvel.append(model.jnt_dofadr[j])
+    return names, np.asarray(qpos, dtype=np.intp), np.asarray(qvel, dtype=np.intp)
+
+
+def model_joints(model) -> list[tuple[int, str, bool]]:
+    """(index, name, whether it is a 1-dof hinge or slide joint) of every joint of a MuJoCo model."""
     import mujoco
 
-    names, qpos, qvel = [], [], []
     one_dof = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-    for j in range(model.njnt):
-        if int(model.jnt_type[j]) not in one_dof:
-            continue
-        names.append(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}")
-        qpos.append(model.jnt_qposadr[j])
-        qvel.append(model.jnt_dofadr[j])
-    return names, np.asarray(qpos, dtype=np.intp), np.asarray(qvel, dtype=np.intp)
+    return [(j, mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}",
+             int(model.jnt_type[j]) in one_dof) for j in range(model.njnt)]
 
 
 def joint_layout(env: gym.Env) -> JointLayout:
