@@ -287,6 +287,8 @@ def test_killed_learner_resumes_and_loses_no_acknowledged_transition(tmp_path, d
     specs = sim_train_specs(tmp_path, demos, total_steps=str(total), max_ahead="10", policy_every="50",
                             seed="1")
     specs["learner"].parameters.update(checkpoint_every=ckpt)
+    # the learner and this test's observer: the bridge's first batches must reach the observer too
+    specs["sim_bridge"].parameters.update(wait_for_subscribers=2)
     files = {name: write_params(tmp_path / f"{name}.yaml", {name: spec.parameters})
              for name, spec in specs.items()}
     probe = write_params(tmp_path / "probe.yaml", {"/**": {"mode": "deploy", "command_qos": "best_effort",
