@@ -7,6 +7,7 @@ is not installed; the ROS fixtures skip instead.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -23,6 +24,31 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    _keep_crash_tracebacks(config)
+
+
+def _keep_crash_tracebacks(config: pytest.Config) -> None:
+    """Keep a native crash's Python traceback on the terminal.
+
+    rclpy's EventsExecutor calls ``faulthandler.enable()`` whenever one is made, which points the
+    handler at ``sys.stderr``: inside a test that is pytest's capture file, lost when the process
+    dies (a segfault in CI printed no traceback at all). Calls without a file go to the copy of
+    the terminal's stderr that pytest's own faulthandler plugin writes to.
+    """
+    import faulthandler
+
+    try:
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+    except ImportError:  # another pytest: leave faulthandler as it is
+        return
+    enable = faulthandler.enable
+
+    def enable_on_terminal(file=None, all_threads: bool = True) -> None:
+        if file is None:
+            file = config.stash.get(fault_handler_stderr_fd_key, None)
+        enable(file=sys.stderr if file is None else file, all_threads=all_threads)
+
+    faulthandler.enable = enable_on_terminal
 
 
 @pytest.fixture(scope="session")
