@@ -10,8 +10,9 @@ message by message:
 - ``typed``: rclpy deserializes into a ``UInt8MultiArray`` and the callback runs
   ``messages.msg_to_policy`` (``decode_policy_in_loader: false``);
 - ``serialized``: the subscription is ``raw=True``, the callback queues the bytes for the loader
-  thread (the actor's default); ``messages.serialized_to_policy`` later, off this thread, is timed
-  too.
+  thread (``decode_policy_in_loader: true``); ``messages.serialized_to_policy`` later, off this
+  thread, is timed too, and beside it (first by turns) rclpy's ``deserialize_message`` +
+  ``msg_to_policy``, what ``serialized_to_policy`` ran before its pure-Python reader.
 
     .venv/bin/python bench/policy_take.py --messages 200 --out bench/results/policy_take.json
 """
@@ -54,12 +55,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from rclpy.experimental import EventsExecutor
     from rclpy.node import Node
+    from rclpy.serialization import deserialize_message
     from std_msgs.msg import UInt8MultiArray
 
     from opolo_ros.ros import messages as m
     from opolo_ros.ros.qos import qos_for
 
     model = args.model.read_bytes()
+    decoders = [("serialized_to_policy (loader thread)", m.serialized_to_policy),
+                ("rclpy deserialize_message + msg_to_policy", lambda raw: m.msg_to_policy(
+                    deserialize_message(raw, UInt8MultiArray)))]  # the loader's decoder until session 14
     os.environ[runtime.DOMAIN_ID_ENV] = str(runtime.isolated_domain_id())
     runtime.apply_local_dds_env(os.environ, overwrite=True)
     payloads = {"1 byte": model[:1], f"{len(model)} bytes": model}  # 1 byte: spin_once's own cost
@@ -89,18 +94,20 @@ def main(argv: list[str] | None = None) -> int:
                         executor.spin_once(timeout_sec=1.0)
                         times.setdefault(f"{variant}, {size}", []).append(time.perf_counter_ns() - t0)
                         item = got.get(timeout=1.0)
-                        if variant == "serialized":
-                            t0 = time.perf_counter_ns()
-                            item = m.serialized_to_policy(item)
-                            name = f"serialized_to_policy (loader thread), {size}"
-                            times.setdefault(name, []).append(time.perf_counter_ns() - t0)
+                        if variant == "serialized":  # both decoders, first by turns
+                            raw_bytes = item
+                            for name, decode in decoders[:: 1 if k % 2 == 0 else -1]:
+                                t0 = time.perf_counter_ns()
+                                item = decode(raw_bytes)
+                                times.setdefault(f"{name}, {size}", []).append(time.perf_counter_ns() - t0)
+                                assert item.model == payload and item.version == k + 1
                         assert item.model == payload and item.version == k + 1
         finally:
             runtime.shutdown(None, [sender, receiver], [executor])  # the context: on leaving the with
     results = {name: percentiles(ns) for name, ns in times.items()}
-    print(f"{'policy message (model size)':52s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}")
+    print(f"{'policy message (model size)':56s} {'p50 us':>8s} {'p99 us':>8s} {'max us':>8s}")
     for name, r in results.items():
-        print(f"{name:52s} {r['p50_us']:8.1f} {r['p99_us']:8.1f} {r['max_us']:8.1f}")
+        print(f"{name:56s} {r['p50_us']:8.1f} {r['p99_us']:8.1f} {r['max_us']:8.1f}")
     print("(typed, serialized: the spin_once that takes the message and runs the callback, on the "
           "executor thread; a 1-byte model shows spin_once's own cost; serialized_to_policy runs in "
           "the actor's loader thread instead)")
