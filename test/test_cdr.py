@@ -72,6 +72,7 @@ GOOD = _good()  # header, count, label length 5 at 8, "onnx\0" at 12, size, stri
     (b"\x00\x03" + GOOD[2:], "encapsulation 0x0003"),
     (GOOD[:-1], "data says 3 bytes, 2 are left"),
     (GOOD[:6], "cut short at dim count"),
+    (b"\x00\x00\xe6\x61", "cut short at dim count"),  # options claim padding: rclpy reads past the end
     (GOOD[:4] + struct.pack("<I", 2**32 - 1), "dim count 4294967295 does not fit"),
     (GOOD[:8] + struct.pack("<I", 2**31) + GOOD[12:], "dim 0 label says 2147483648 bytes"),
     (GOOD[:16] + b"X" + GOOD[17:], "dim 0 label is not NUL-terminated"),

@@ -153,7 +153,7 @@ def test_recorder_skips_episodes_that_end_by_termination(tmp_path, ros_domain_id
 @pytest.mark.parametrize("decode_in_loader", [True, False])
 def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node, decode_in_loader):
     """Policies arrive mid-run on /opolo/policy; a mismatched one and messages holding no policy
-    are refused; no step is lost. Decoded in the loader thread (default) or by rclpy.
+    are refused; no step is lost. Read in the loader thread (default) or deserialized by rclpy.
 
     Each policy outputs a constant, so the actions on the wire show which policy chose them.
     """
@@ -189,9 +189,11 @@ def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_no
                 assert spin_until(both, lambda v=version: actor.version == v, timeout_sec=5.0)
         policy_pub.publish(UInt8MultiArray(data=[1, 2, 3]))  # no onnx/version layout
         assert spin_until(both, lambda: actor.rejected == 2, timeout_sec=5.0)
-        if decode_in_loader:  # not even a UInt8MultiArray in CDR
+        if decode_in_loader:  # over the wire, bytes that are no UInt8MultiArray in CDR: a header
+            # whose options claim padding and no body (rclpy's own deserializer reads past it)
+            policy_pub.publish(b"\x00\x00\xe6\x61")
             actor._on_serialized_policy(b"\x00\x01\x00\x00" + bytes(range(40)))
-            assert spin_until(both, lambda: actor.rejected == 3, timeout_sec=5.0)
+            assert spin_until(both, lambda: actor.rejected == 4, timeout_sec=5.0)
         deadline = time.monotonic() + 0.3
         spin_until(both, lambda: time.monotonic() > deadline, timeout_sec=1.0)
         steps, actions, republished = bridge.steps, actor.actions, bridge.republished

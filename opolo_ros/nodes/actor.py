@@ -48,9 +48,11 @@ Real-time path (deploy)
 Policies
     From ``model`` (a file; with ``watch_model`` a changed file is reloaded) and/or from
     ``/opolo/policy`` (ONNX bytes + version, transient local, so a late actor gets the newest).
-    rclpy deserializes a policy message on the executor thread (about 0.5 ms for a 270 kB model);
-    with ``decode_policy_in_loader`` it is taken serialized and the loader thread deserializes it
-    instead, right after a control step (no fewer missed periods measured, BENCHMARKS.md). A new
+    A policy message is taken serialized (``decode_policy_in_loader``, default) and the loader
+    thread reads it right after a control step, with :mod:`opolo_ros.ros.cdr`, which bounds every
+    length by the bytes there are: rclpy's native deserializer reads past the buffer of a short
+    message whose encapsulation options claim padding (it segfaulted on fuzzed bytes), and it
+    would run on the executor thread (0.13-0.24 ms per 270 kB model, BENCHMARKS.md). A new
     model is loaded and warmed up in the loader thread, off the control path, then swapped in one
     assignment. Building an onnxruntime session holds the GIL for about a millisecond, so the
     loader starts each such step (and each deserialization) right after a control step (the
