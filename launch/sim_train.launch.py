@@ -46,7 +46,8 @@ ARGUMENTS = [
     LaunchArg("total_steps", "", "environment steps (transitions) of the run; empty = the file's"),
     LaunchArg("run_dir", "", "run folder (policy, logs, checkpoint); empty = the file's run_dir + "
                              "'-graph' (kept apart from the direct loop's runs)"),
-    LaunchArg("resume", "true", "resume from the run folder's checkpoint when there is one"),
+    LaunchArg("resume", "", "resume from the run folder's checkpoint when there is one (true/false); "
+                            "empty = the file's learner value, else true"),
     LaunchArg("max_ahead", "", "transitions the bridge may run ahead of the learner (flow control); "
                                "empty = the file's sim_bridge value, else 0"),
     LaunchArg("policy_every", "", "transitions between policy exports; empty = the file's learner value, "
@@ -98,7 +99,7 @@ def describe(args: dict) -> list:
             "bag_fields": cfg.demos_fields, "episode_gap_s": cfg.demos_episode_gap_s}),
         NodeSpec("learner", "learner", namespace=ns, exit_ends_launch=True, parameters={
             **learner_file, **flatten(to_dict(cfg)), "policy_every": policy_every,
-            "resume": arg_value(args, "resume", bool)}),
+            **({"resume": arg_value(args, "resume", bool)} if args["resume"] != "" else {})}),
         NodeSpec("actor", "actor", namespace=ns, parameters={
             **node_parameters(params_file, "actor", ns), "seed": cfg.seed, "mode": "train",
             "warmup_steps": cfg.schedule.warmup_steps, "exploration_noise": cfg.schedule.exploration_noise,

@@ -519,3 +519,70 @@ def test_limits_win_over_the_rate_limit_after_a_swap_to_narrower_bounds(tmp_path
     assert swapped_at is not None, "the new model was not loaded"
     after = [v for _, v in rig.commands[swapped_at + 1:]]  # the first may have left before the swap
     assert len(after) >= 10 and all(v <= 1.0 + 1e-9 for v in after), after
+
+
+def with_metadata(model: Path, **props: str) -> bytes:
+    """The model's bytes with some metadata values replaced."""
+    import onnx
+
+    proto = onnx.load(str(model))
+    for prop in proto.metadata_props:
+        if prop.key in props:
+            prop.value = props[prop.key]
+    return proto.SerializeToString()
+
+
+def failing_when_run(model: Path) -> bytes:
+    """A model that builds, with the right input and output, whose Gather reads past its input."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    good = onnx.load(str(model))
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["obs", "index"], ["action"], axis=1)], "bad",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", 1])],
+        [helper.make_tensor("index", TensorProto.INT64, [1], [9])])
+    bad = helper.make_model(graph, opset_imports=good.opset_import)
+    bad.ir_version = good.ir_version
+    bad.metadata_props.extend(good.metadata_props)
+    return bad.SerializeToString()
+
+
+@pytest.mark.parametrize("case", ["nan_bound", "huge_bound", "low_above_high", "deep_json", "fails_when_run"])
+def test_odd_models_are_policy_load_errors(tmp_path, case):
+    """What a policy topic may carry and the loader must refuse (not die on): bounds no float32 graph
+    holds, JSON nested past Python's recursion limit, a graph that builds but cannot run."""
+    from opolo_ros.export.onnx_policy import PolicyLoadError
+    from opolo_ros.nodes.actor_runtime import LoadedPolicy
+
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
+    data = {"nan_bound": lambda: with_metadata(model, action_low="[NaN]"),
+            "huge_bound": lambda: with_metadata(model, action_high="[1e39]"),
+            "low_above_high": lambda: with_metadata(model, action_low="[4.0]"),
+            "deep_json": lambda: with_metadata(model, action_low="[" * 100_000),
+            "fails_when_run": lambda: failing_when_run(model)}[case]()
+    says = {"fails_when_run": "the model fails when run", "deep_json": "malformed policy metadata"}
+    with pytest.raises(PolicyLoadError, match=says.get(case, "action bounds must be finite float32 values")):
+        LoadedPolicy.load(data, 7, None, None)
+
+
+def test_loader_thread_lives_on_after_any_error(tmp_path, ros_domain_id, ros_node, monkeypatch):
+    """A load that raises something no check foresaw is refused and counted; the next policy loads."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model)
+    with graph:
+        actor = rig.actor
+        load = actor._load
+
+        def load_or_fail(source, version, *args, **kwargs):
+            if version == 5:
+                raise RuntimeError("unforeseen")
+            return load(source, version, *args, **kwargs)
+
+        monkeypatch.setattr(actor, "_load", load_or_fail)
+        actor.request_load(with_metadata(model, action_low="[NaN]"), 4)
+        actor.request_load(model.read_bytes(), 5)
+        actor.request_load(onnx_policy(tmp_path / "p6.onnx", [0.0] * 4, bias=0.2).read_bytes(), 6)
+        assert rig.spin_until(lambda: actor.version == 6), (actor.version, actor.rejected)
+        assert actor._loader.is_alive() and actor.rejected == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import struct
 import time
 
@@ -89,3 +90,18 @@ def test_a_huge_count_is_refused_before_any_loop() -> None:
     with pytest.raises(CdrError, match="does not fit"):
         read_uint8_multiarray(raw)
     assert time.perf_counter() - start < 0.05
+
+
+def test_a_label_ends_at_its_first_nul_as_rclpy_reads_it() -> None:
+    """A C++ publisher's std::string may hold a NUL; rclpy's C string stops there, so does the reader."""
+    text = b"onnx\x00junk\x00"
+    raw = (b"\x00\x01\x00\x00" + struct.pack("<I", 1) + struct.pack("<I", len(text)) + text
+           + b"\x00\x00" + struct.pack("<IIII", 3, 3, 0, 0))
+    assert [d.label for d in read_uint8_multiarray(raw).layout.dim] == ["onnx"]
+
+
+def test_any_buffer_reads_like_bytes() -> None:
+    spread = bytes(x for b in GOOD for x in (b, 0xEE))
+    for buffer in (bytearray(GOOD), memoryview(GOOD), memoryview(spread)[::2]):  # the last: not contiguous
+        assert read_uint8_multiarray(buffer) == read_uint8_multiarray(GOOD)
+    assert isinstance(read_uint8_multiarray(GOOD).data, array.array)  # set in one copy, unchecked per element

@@ -93,4 +93,4 @@ def test_policy_take_bench_decodes_every_message(tmp_path: Path) -> None:
                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads(out.read_text())["results"]  # the script checks each decoded model itself
-    assert len(results) == 6 and all(r["count"] == 3 and r["p50_us"] > 0 for r in results.values())
+    assert len(results) == 8 and all(r["count"] == 3 and r["p50_us"] > 0 for r in results.values())

@@ -165,6 +165,25 @@ def test_sim_train_passes_one_max_ahead_to_bridge_and_actor(tmp_path):
     assert by_name["actor"]["warmup_steps"] == by_name["learner"]["schedule.warmup_steps"]
 
 
+def test_sim_train_resume_is_the_files_unless_given(tmp_path):
+    """A task file's learner ``resume: false`` holds; ``resume:=`` overrides it; neither: the node's
+    default (true)."""
+    pytest.importorskip("rclpy")
+    sections = yaml.safe_load((ROOT / "config" / "inverted_pendulum.yaml").read_text())
+    sections["learner"]["ros__parameters"]["resume"] = False
+    path = tmp_path / "no_resume.yaml"
+    path.write_text(yaml.safe_dump(sections))
+
+    def learner_resume(*args: str) -> object:
+        _, _, specs = lr.describe_launch("sim_train", [f"run_dir:={tmp_path / 'run'}", *args])
+        return next(s for s in specs if s.name == "learner").parameters.get("resume", "node default")
+
+    assert learner_resume(f"params_file:={path}") is False
+    assert learner_resume(f"params_file:={path}", "resume:=true") is True
+    assert learner_resume() == "node default"
+    assert learner_resume("resume:=false") is False
+
+
 def test_node_parameters_precedence_and_namespaces(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({

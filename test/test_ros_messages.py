@@ -581,3 +581,14 @@ def test_dds_policy_across_processes(ros_node, record_property) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_layout_of_many_labels_gives_a_short_error() -> None:
+    """A message may carry megabytes of labels: the error (and the log line) shows a glimpse."""
+    from std_msgs.msg import MultiArrayDimension, UInt8MultiArray
+
+    msg = UInt8MultiArray(data=b"abc")
+    msg.layout.dim = [MultiArrayDimension(label="x" * 1000, size=1, stride=1) for _ in range(100)]
+    with pytest.raises(m.MessageError, match="100 dims, first") as err:
+        m.msg_to_policy(msg)
+    assert len(str(err.value)) < 500

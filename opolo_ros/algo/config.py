@@ -3,7 +3,8 @@
 Three concerns are kept apart, as in d3rlpy: *what* is learned (`OPOLOConfig`, `TD3Config`: networks,
 losses, optimiser), *when* it is learned (`ScheduleConfig`: warm-up, update frequencies, delays), and
 the run around it (`RunConfig`: env, seeds, budgets, logging). Every value where the authors' released
-code differs from the paper is a named option here; see docs in README "Algorithm options".
+code differs from the paper is a named option here; see README, "Where the paper and the authors'
+code differ: named options".
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "t
 # missing layer, float16 weights, a 1e-4 shift) is refused on the typical inputs.
 VERIFY_TOL = 1e-5
 ROUNDING_FACTOR = 20.0
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # action bounds must fit the float32 graph
 
 
 class PolicyLoadError(ValueError):
@@ -110,14 +111,19 @@ class PolicyMetadata:
                 source=props["source"],
                 extra={k: v for k, v in props.items() if k not in REQUIRED_KEYS},
             )
-        except (TypeError, ValueError) as exc:
-            raise PolicyLoadError(f"{origin}: malformed policy metadata ({exc})") from None
+        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+            raise PolicyLoadError(f"{origin}: malformed policy metadata ({str(exc)[:200]})") from None
         if meta.obs_dim <= 0 or meta.act_dim <= 0:
             raise PolicyLoadError(f"{origin}: metadata dims must be positive, got obs_dim={meta.obs_dim} "
                                   f"act_dim={meta.act_dim}")
         if len(low) != meta.act_dim or len(high) != meta.act_dim:
             raise PolicyLoadError(f"{origin}: metadata action bounds have {len(low)}/{len(high)} entries, "
                                   f"act_dim is {meta.act_dim}")
+        bounds = np.array([low, high], np.float64)
+        if not (np.isfinite(bounds).all() and (np.abs(bounds) <= FLOAT32_MAX).all()
+                and (bounds[0] <= bounds[1]).all()):
+            raise PolicyLoadError(f"{origin}: metadata action bounds must be finite float32 values with "
+                                  f"low <= high, got low={list(low)} high={list(high)}")
         return meta
 
 
@@ -231,8 +237,13 @@ class OnnxPolicy:
     def warmup(self, n: int = 10) -> None:
         """Run `n` inferences so allocations and lazy initialisation happen before the control loop."""
         zeros = np.zeros((1, self._obs_dim), np.float32)
-        for _ in range(n):
-            self._run(self._outputs, {INPUT_NAME: zeros})
+        try:
+            for _ in range(n):
+                self._run(self._outputs, {INPUT_NAME: zeros})
+        except Exception as err:  # onnxruntime's Fail, InvalidArgument...: a graph that builds but cannot run
+            detail = str(err).splitlines()[0][:300] if str(err) else ""
+            raise PolicyLoadError(f"{self.origin}: the model fails when run ({type(err).__name__}: "
+                                  f"{detail})") from None
 
     def to_bytes(self) -> bytes:
         """The serialized model, e.g. to publish it on the policy topic."""

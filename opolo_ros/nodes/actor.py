@@ -276,9 +276,10 @@ class Actor(FinishableNode):
         """The policy in a message; None (logged and counted in `rejected`) when it holds none."""
         try:
             return decode(msg)
-        except m.MessageError as err:
+        except Exception as err:  # MessageError, or anything else odd bytes may bring: never raised on
             self.rejected += 1
-            self.get_logger().error(f"rejected policy message: {err}")
+            why = str(err) if isinstance(err, m.MessageError) else f"{type(err).__name__}: {err}"
+            self.get_logger().error(f"rejected policy message: {why[:500]}")
             return None
 
     def request_load(self, source: bytes | str, version: int | None = None) -> None:
@@ -309,10 +310,11 @@ class Actor(FinishableNode):
                 if mismatch:  # e.g. a model without the time feature for an actor with the clock
                     raise PolicyLoadError(mismatch)
                 self._install(loaded)
-            except PolicyLoadError as err:
+            except Exception as err:  # whatever a model does, the loader thread lives on
                 self.rejected += 1
                 kept = f"version {reference.version}" if reference else "none"
-                self.get_logger().error(f"policy refused, keeping {kept}: {err}")
+                why = str(err) if isinstance(err, PolicyLoadError) else f"{type(err).__name__}: {err}"
+                self.get_logger().error(f"policy refused, keeping {kept}: {why[:500]}")
 
     def _input_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
         """Why the observations cannot feed this model, or None when they can: a clock for a model

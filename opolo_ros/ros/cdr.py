@@ -4,7 +4,9 @@ The actor takes policies from a raw subscription (``raw=True``: the bytes as the
 and decodes them off the executor thread. Those bytes are whoever published them; this reader
 bounds every length by the bytes left before it allocates or loops, so any input ends in a
 :class:`CdrError` or a message, never in native code reading past a buffer. It also skips the
-per-element conversion rclpy does (the model's bytes are one slice).
+per-element conversion rclpy does (the model's bytes are one slice, set as an ``array.array``,
+which the message's setter takes without checking each element, even with
+``ROS_PYTHON_CHECK_FIELDS=1``). A label ends at its first NUL, as rclpy reads it.
 
 Layout (XCDR1 ``CDR_BE``/``CDR_LE``, and XCDR2 ``PLAIN_CDR2`` whose layout is the same for a type
 without 8-byte members): a 4-byte encapsulation header, then, aligned from the end of the header,
@@ -15,6 +17,7 @@ Trailing bytes (the writer's padding) are ignored, as rclpy's own deserializer d
 
 from __future__ import annotations
 
+import array
 import struct
 
 from std_msgs.msg import MultiArrayDimension, UInt8MultiArray
@@ -59,15 +62,16 @@ class _Reader:
         raw = self.take(n, what)
         if raw[-1] != 0:
             raise CdrError(f"{what} is not NUL-terminated")
-        try:
-            return bytes(raw[:-1]).decode("utf-8")
+        try:  # a C string: it ends at the first NUL, as rclpy reads it
+            return bytes(raw).split(b"\0", 1)[0].decode("utf-8")
         except UnicodeDecodeError as err:
             raise CdrError(f"{what} is not UTF-8 ({err.reason})") from None
 
 
 def read_uint8_multiarray(data: bytes | bytearray | memoryview) -> UInt8MultiArray:
     """Serialized bytes -> ``UInt8MultiArray``; :class:`CdrError` for anything else."""
-    buf = memoryview(data).cast("B")
+    buf = memoryview(data)
+    buf = (buf if buf.c_contiguous else memoryview(buf.tobytes())).cast("B")
     if len(buf) < HEADER:
         raise CdrError(f"{len(buf)} bytes: shorter than the encapsulation header")
     order = ENCAPSULATIONS.get(bytes(buf[:2]))
@@ -85,5 +89,7 @@ def read_uint8_multiarray(data: bytes | bytearray | memoryview) -> UInt8MultiArr
     msg = UInt8MultiArray()
     msg.layout.dim = dims
     msg.layout.data_offset = reader.uint32("data_offset")
-    msg.data = bytes(reader.take(reader.uint32("data length"), "data"))
+    data = array.array("B")
+    data.frombytes(reader.take(reader.uint32("data length"), "data"))  # one copy, no per-element check
+    msg.data = data
     return msg

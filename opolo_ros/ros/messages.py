@@ -161,7 +161,11 @@ def _expect_dims(what: str, got: list[tuple[str, int, int]],
     got_labels = [g[0] for g in got]
     want_labels = [w[0] for w in want]
     if got_labels != want_labels:
-        raise MessageError(f"{what}: layout dims must be labelled {want_labels}, got {got_labels}")
+        shown = repr(got_labels) if len(got_labels) <= 8 else \
+            f"{len(got_labels)} dims, first {got_labels[:8]!r}"
+        if len(shown) > 300:  # a message can carry megabytes of labels: the log gets a glimpse
+            shown = shown[:300] + "..."
+        raise MessageError(f"{what}: layout dims must be labelled {want_labels}, got {shown}")
     for (label, size, stride), (_, want_size, want_stride) in zip(got, want):
         if want_size is not None and size != want_size:
             raise MessageError(f"{what}: dim {label!r} has size {size}, expected {want_size}")
