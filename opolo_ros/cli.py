@@ -164,17 +164,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return launch_command(args.name, args.arguments, show_args=args.show_args)
 
 
+def _print_or_raise(text: str) -> None:
+    """print, flushed; on a closed pipe, stdout goes to /dev/null (nothing left to fail at exit)
+    and the error is raised for the caller to decide."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise
+
+
 def cmd_queue(args: argparse.Namespace) -> int:
-    from opolo_ros.train.jobqueue import JobQueue, load_queue, run_queue
+    from opolo_ros.train.jobqueue import JobQueue, check_owner, load_queue, run_queue
 
     state_dir = Path(args.state_dir or Path("runs/queue") / Path(args.file).stem)
     queue = JobQueue(load_queue(args.file), state_dir, parallel=args.parallel, nice=args.nice,
-                     source=args.file)
+                     source=args.file, log=_print_or_raise)
     if args.status:
+        check_owner(queue)
         print("\n".join(queue.status_lines()))
         return 0
     status = run_queue(queue)
-    print("\n".join(queue.status_lines()))
+    queue.say("\n".join(queue.status_lines()))  # the exit status stands even if the output is gone
     return status
 
 
@@ -256,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     la.set_defaults(func=cmd_launch)
 
     qu = sub.add_parser("queue", help="run a queue file of long, resumable jobs a few at a time")
-    qu.add_argument("file", help="queue YAML: jobs: [{name: ..., command: ...}, ...] in priority order")
+    qu.add_argument("file", help="queue YAML: jobs: [{name: ..., command: ...}, ...] in priority order; "
+                                 "a command runs without a shell (sh -c '...' for pipes, &&, $VARS)")
     qu.add_argument("--parallel", type=int, default=1, help="jobs at a time (one per free core)")
     qu.add_argument("--nice", type=int, default=0, help="run the jobs at this nice level (0..19)")
     qu.add_argument("--state-dir", dest="state_dir",

@@ -136,7 +136,13 @@ def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_scri
     ("jobs: [{name: a, command: x, after: {b: 1}}]", "a job name or a list"),
     ("jobs: [{name: a, command: x, after: c}, {name: b, command: y, after: a}, "
      "{name: c, command: z, after: b}]", "wait for each other in a circle: a -> c -> b -> a"),
-    ("jobs: [{name: 'a b', command: x}]", "must be letters"),
+    ("jobs: [{name: 'a b', command: x}]", "must be 1-100 letters"),
+    ("jobs: [{name: queue, command: x}]", r"and not \['queue'\]"),  # queue.pid is the queue's own
+    ("jobs: [{name: '..', command: x}]", "not starting with '.'"),
+    ("jobs: [{name: " + "a" * 101 + ", command: x}]", "must be 1-100 letters"),
+    ("parallel: 2\njobs: [{name: a, command: x}]", r"unknown top-level keys \['parallel'\]"),
+    ("jobs: [{name: a, command: 'train && ship'}]", r"uses shell syntax \(&&\).*sh -c"),
+    ("jobs: [{name: a, command: 'train > out.txt'}]", r"uses shell syntax \(>\)"),
     ("jobs: [{name: a, command: ''}]", "empty command"),
     ("jobs: [{name: a, command: {x: 1}}]", "string or a list"),
     ("jobs: [{name: a, command: x}, {name: a, command: y}]", "duplicate name 'a'"),
@@ -270,3 +276,61 @@ def test_one_queue_per_state_folder_and_file(tmp_path: Path) -> None:
                               source=tmp_path / "one.yaml")) == 0
     with pytest.raises(ValueError, match=r"holds the jobs of .*one.yaml, not .*two.yaml"):
         run_queue(JobQueue(load_queue(tmp_path / "two.yaml"), state, source=tmp_path / "two.yaml"))
+
+
+def test_status_refuses_another_files_state_folder(tmp_path: Path) -> None:
+    for name in ("one.yaml", "two.yaml"):
+        (tmp_path / name).write_text("jobs: [{name: a, command: 'true'}]")
+    state = str(tmp_path / "state")
+    subprocess.run([OPOLO_ROS, "queue", str(tmp_path / "one.yaml"), "--state-dir", state], check=True,
+                   capture_output=True)
+    other = subprocess.run([OPOLO_ROS, "queue", str(tmp_path / "two.yaml"), "--status", "--state-dir", state],
+                           capture_output=True, text=True)
+    assert other.returncode == 2 and "holds the jobs of" in other.stderr and other.stdout == ""
+
+
+def test_a_queue_that_fails_itself_stops_its_jobs_first(tmp_path: Path, job_script: Path) -> None:
+    """Its state folder removed under it: the queue cannot record the short job's end, so it stops
+    the long one (SIGTERM: it writes its checkpoint) before the error goes up; no orphan."""
+    import shutil
+
+    jobs = [job(job_script, tmp_path, "long", seconds=60), job(job_script, tmp_path, "short", seconds=1.0)]
+    queue = JobQueue(jobs, tmp_path / "state", parallel=2, poll_s=0.05, log=lambda _: None)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            queue.run(threading.Event())
+        except BaseException as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while len(starts(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    long_pid = int((tmp_path / "state" / "long.pid").read_text().split()[0])
+    shutil.rmtree(tmp_path / "state")
+    thread.join(timeout=30)
+    assert not thread.is_alive() and len(errors) == 1 and isinstance(errors[0], OSError), errors
+    assert (tmp_path / "long.checkpoint").exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(long_pid, 0)
+
+
+def test_a_closed_output_does_not_stop_the_queue(tmp_path: Path, job_script: Path) -> None:
+    """`opolo-ros queue F | head -1`: the queue runs every job and exits 0 (all done), silently."""
+    queue_file = tmp_path / "q.yaml"
+    queue_file.write_text("jobs:\n" + "".join(
+        f"  - {{name: {n}, command: [{sys.executable}, {job_script}, {n}, {tmp_path}, 0.5, 0]}}\n"
+        for n in ("a", "b", "c")))
+    state = str(tmp_path / "state")
+    proc = subprocess.Popen([OPOLO_ROS, "queue", str(queue_file), "--parallel", "2", "--state-dir", state],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("queue:")
+    proc.stdout.close()  # as `head -1` exits
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    assert proc.stderr.read() == ""
+    status = subprocess.run([OPOLO_ROS, "queue", str(queue_file), "--status", "--state-dir", state],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    assert [line.split()[1] for line in status] == ["done", "done", "done"]

@@ -19,6 +19,9 @@ Queue file (YAML)::
         command: .venv/bin/python bench/ship_expert.py --task Walker2d-v5
         after: walker_expert                # starts once that job is done (exited 0)
 
+A command string is split into words as a shell would (quotes), then run without a shell: pipes,
+redirections, ``&&`` and ``$VARIABLES`` need ``sh -c '...'`` (the first four are refused).
+
 State lives in `--state-dir` (default: `runs/queue/<queue file stem>`): `<name>.log` (the job's
 stdout and stderr, appended), `<name>.pid` while it runs, `<name>.done` once it exited 0,
 `<name>.exit` with the last non-zero exit status, and `queue.pid`.
@@ -42,7 +45,9 @@ import yaml
 
 from opolo_ros.errors import one_line
 
-NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")  # not ".", "..", a hidden file, > 100
+RESERVED = {"queue"}  # queue.pid is the queue's own
+SHELL_SYNTAX = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1", "&>"}
 INTERRUPTED = 130
 CANNOT_START = 127  # as a shell reports a command it cannot run
 REQUIRED = {"name", "command"}
@@ -66,6 +71,9 @@ def load_queue(path: str | Path) -> list[Job]:
         raise ValueError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise ValueError(f"{path}: expected a mapping with a non-empty list 'jobs'")
+    if set(data) != {"jobs"}:
+        raise ValueError(f"{path}: unknown top-level keys {sorted(set(data) - {'jobs'})}: a queue file holds "
+                         "only 'jobs' (the options are command-line flags: --parallel, --nice)")
     jobs: list[Job] = []
     for k, entry in enumerate(data["jobs"]):
         where = f"{path}: jobs[{k}]"
@@ -73,8 +81,9 @@ def load_queue(path: str | Path) -> list[Job]:
             raise ValueError(f"{where}: expected the keys 'name', 'command' and optionally 'after', "
                              f"got {entry!r}")
         name, command, after = entry["name"], entry["command"], entry.get("after", [])
-        if not isinstance(name, str) or not NAME.match(name):
-            raise ValueError(f"{where}: name {name!r} must be letters, digits, '.', '_' or '-'")
+        if not isinstance(name, str) or not NAME.match(name) or name in RESERVED:
+            raise ValueError(f"{where}: name {name!r} must be 1-100 letters, digits, '.', '_' or '-', "
+                             f"not starting with '.', and not {sorted(RESERVED)}")
         if isinstance(command, str):
             try:
                 argv = shlex.split(command)
@@ -86,6 +95,10 @@ def load_queue(path: str | Path) -> list[Job]:
             raise ValueError(f"{where}: command must be a string or a list of strings, got {command!r}")
         if not argv:
             raise ValueError(f"{where}: empty command")
+        shell = [a for a in argv if a in SHELL_SYNTAX] if isinstance(command, str) else []
+        if shell:
+            raise ValueError(f"{where}: command {command!r} uses shell syntax ({' '.join(shell)}), but a "
+                             "command runs without a shell: write it as sh -c '...'")
         if any(j.name == name for j in jobs):
             raise ValueError(f"{where}: duplicate name {name!r}")
         if isinstance(after, str):
@@ -178,6 +191,14 @@ class JobQueue:
         self._reload_error = ""
         self._running: dict[str, tuple[Job, subprocess.Popen]] = {}
 
+    def say(self, text: str) -> None:
+        """A progress line; if the output is gone (a closed pipe: `| head`, a `| tee` that was
+        stopped), the queue goes on without it: the jobs' logs hold everything."""
+        try:
+            self.log(text)
+        except OSError:
+            self.log = lambda _text: None
+
     def _file(self, job: Job, suffix: str) -> Path:
         return self.state_dir / f"{job.name}.{suffix}"
 
@@ -218,7 +239,7 @@ class JobQueue:
                 out.write(f"queue: cannot start the command: {one_line(err)}\n".encode())
                 return None
         self._file(job, "pid").write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
-        self.log(f"queue: started {job.name} (pid {proc.pid})")
+        self.say(f"queue: started {job.name} (pid {proc.pid})")
         return proc
 
     def _finish(self, job: Job, rc: int) -> None:
@@ -227,11 +248,11 @@ class JobQueue:
         if rc == 0:
             self._file(job, "exit").unlink(missing_ok=True)
             self._file(job, "done").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-            self.log(f"queue: {job.name} done")
+            self.say(f"queue: {job.name} done")
             return
         self._file(job, "exit").write_text(f"{rc}\n")
         why = "stopped" if rc in (INTERRUPTED, -signal.SIGTERM, -signal.SIGINT) else "FAILED"
-        self.log(f"queue: {job.name} {why} with exit status {rc} (see {self._file(job, 'log')})")
+        self.say(f"queue: {job.name} {why} with exit status {rc} (see {self._file(job, 'log')})")
 
     def _next(self, tried: set[str]) -> Job | None:
         """The first job neither done nor started by this run, from the queue file as it is now
@@ -243,7 +264,7 @@ class JobQueue:
             except (ValueError, OSError) as err:
                 if one_line(err) != self._reload_error:
                     self._reload_error = one_line(err)
-                    self.log(f"queue: {self._reload_error}; keeping the jobs read before")
+                    self.say(f"queue: {self._reload_error}; keeping the jobs read before")
         done = {j.name for j in self.jobs if self.state(j) == "done"}
         return next((j for j in self.jobs if j.name not in tried and j.name not in done
                      and set(j.after) <= done), None)
@@ -261,8 +282,18 @@ class JobQueue:
                                  f"{self.state_dir}, or left by one that was killed); wait for it or stop "
                                  f"it with `kill -TERM -- -{pid}`")
         done = sum(self.state(j) == "done" for j in self.jobs)
-        self.log(f"queue: {done} of {len(self.jobs)} jobs done, {len(self.jobs) - done} to run, "
+        self.say(f"queue: {done} of {len(self.jobs)} jobs done, {len(self.jobs) - done} to run, "
                  f"{self.parallel} at a time")
+        try:
+            self._loop(stop)
+        except BaseException:  # the queue itself failed (a state file it cannot write): no job left unwatched
+            self._abandon()
+            raise
+        if stop.is_set():
+            return INTERRUPTED
+        return 0 if all(self.state(j) == "done" for j in self.jobs) else 1
+
+    def _loop(self, stop: threading.Event) -> None:
         tried: set[str] = set()
         signalled: set[str] = set()
         while True:
@@ -292,9 +323,18 @@ class JobQueue:
                 time.sleep(self.poll_s)  # the jobs are writing their checkpoints
             else:
                 stop.wait(self.poll_s)
-        if stop.is_set():
-            return INTERRUPTED
-        return 0 if all(self.state(j) == "done" for j in self.jobs) else 1
+
+    def _abandon(self) -> None:
+        """SIGTERM to every running job, wait for each (it writes its checkpoint), record what can be."""
+        for _, proc in self._running.values():
+            self._signal(proc, signal.SIGTERM)
+        for job, proc in list(self._running.values()):
+            rc = proc.wait()
+            try:
+                self._finish(job, rc)
+            except OSError:
+                pass
+        self._running.clear()
 
     def interrupt_again(self) -> None:
         """SIGTERM again to every running job."""
@@ -307,6 +347,17 @@ class JobQueue:
             os.killpg(proc.pid, sig)  # the job's process group: `nice` and what it started
         except ProcessLookupError:
             pass
+
+
+def check_owner(queue: JobQueue) -> None:
+    """ValueError unless the state folder is new or holds the job states of this very queue file."""
+    owner = queue.state_dir / "queue_file"
+    if queue.source is None or not owner.exists():
+        return
+    mine, theirs = str(queue.source.resolve()), owner.read_text().strip()
+    if theirs != mine:
+        raise ValueError(f"queue state folder {queue.state_dir} holds the jobs of {theirs}, not {mine}; "
+                         "choose another --state-dir")
 
 
 def run_queue(queue: JobQueue) -> int:
@@ -330,13 +381,10 @@ def run_queue(queue: JobQueue) -> int:
     lock = RunFolderLock(queue.state_dir, label="queue state folder", holder="queue").acquire()
     try:
         if queue.source is not None:
-            owner, mine = queue.state_dir / "queue_file", str(queue.source.resolve())
-            if owner.exists() and owner.read_text().strip() != mine:
-                raise ValueError(f"queue state folder {queue.state_dir} holds the jobs of "
-                                 f"{owner.read_text().strip()}, not {mine}; choose another --state-dir")
-            owner.write_text(mine + "\n")
+            check_owner(queue)
+            (queue.state_dir / "queue_file").write_text(str(queue.source.resolve()) + "\n")
         pid_file = queue.state_dir / "queue.pid"
-        pid_file.write_text(f"{os.getpid()}\n")
+        pid_file.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")  # as a job's: pid, start time
         signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         previous = {sig: signal.signal(sig, handler) for sig in signals}
         try:
