@@ -671,3 +671,54 @@ def test_learner_takes_a_bridges_batches_in_seq_order(tmp_path, demos, ros_domai
     for a, b in zip(weights, learner.trainer.learner.actor.parameters()):
         np.testing.assert_array_equal(a, b.detach().numpy())
     assert learner.trainer.learner.state_dict()["counters"] == counters
+
+
+def test_a_restarted_bridge_without_flow_control_continues_its_counts(tmp_path, demos, ros_domain_id):
+    """A realtime bridge (no flow control: it waits for no learner) stopped and started again with
+    the same name and seed: its new batch 0 is bit-identical to its first one. It hears the
+    running learner's acknowledgement before its first step and continues the count, so the learner
+    takes every new batch (before: batch 0 was taken for a re-send and every batch up to the old
+    count dropped as one)."""
+    from opolo_ros.data.demos import load_episodes
+
+    schedule = {**LEARNER["schedule"], "warmup_steps": 10**6}  # consume only: no update in the way
+    learner_spec = NodeSpec("learner", "learner", parameters=flatten({
+        **LEARNER, "schedule": schedule, "total_steps": 10**6, "run_dir": str(tmp_path / "run"),
+        "num_demos": 4}))
+    bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": ENV, "mode": "realtime", "rate_hz": 400.0, "replay_batch": 10, "seed": 5,
+        "joint_states_topic": ""})
+    with GraphRunner([learner_spec], ros_domain_id) as learning:
+        learner = learning.nodes["learner"]
+        for k, ep in enumerate(load_episodes(demos)):
+            learner._on_demo(m.demonstration_to_msg(ep.obs, ep.ret, k))
+
+        def consumed(bridge) -> tuple[int, int]:
+            ack = learner.trainer.acks.get(bridge.source) if learner.trainer is not None else None
+            return (ack.seq, ack.transitions) if ack is not None else (-1, 0)
+
+        def run_bridge(until: Callable[[object], bool]) -> tuple[int, int, int]:
+            """(transitions this bridge published, its count at the end, the learner's count of it)"""
+            with GraphRunner([bridge_spec], ros_domain_id) as simulating:
+                bridge = simulating.nodes["sim_bridge"]
+                published, publish = [], bridge.replay_pub.publish
+
+                def counted(msg) -> None:
+                    published.append(msg.layout.dim[0].size)  # the batch's transitions
+                    publish(msg)
+
+                bridge.replay_pub.publish = counted
+                assert spin_until([learning.executor, simulating.executor], lambda: until(bridge), 30.0)
+                simulating.close()  # no more batches; the learner takes the last ones
+                seq = bridge.seq
+                assert spin_until([learning.executor], lambda: consumed(bridge)[0] == seq - 1, 10.0), \
+                    (consumed(bridge), seq)
+                spin_until([learning.executor], lambda: False, 0.3)  # the worker stores what it acknowledged
+                return sum(published), bridge.sent - len(bridge._pending), consumed(bridge)[1]
+
+        made, sent, taken = run_bridge(lambda b: b.seq >= 20)
+        assert made == taken == sent == len(learner.trainer.replay) >= 200
+        made_again, sent_again, taken_again = run_bridge(lambda b: b.seq >= 30)
+        stored = len(learner.trainer.replay)
+    assert taken_again == sent_again == made + made_again  # the count went on
+    assert stored == made + made_again, "batches of the restarted bridge were dropped as re-sends"

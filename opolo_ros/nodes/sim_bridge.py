@@ -27,8 +27,10 @@ Lock-step (``mode: lockstep``, training)
        ``train_freq`` every action comes from the policy the direct loop would use.
 
     The bridge starts stepping once the replay topic has ``wait_for_subscribers`` subscribers and,
-    with flow control, once the learner has announced itself; a restarted bridge continues its
-    counts from the learner's acknowledgement (so a resumed learner keeps its schedule).
+    with flow control, once the learner has announced itself (without, it waits up to
+    ``learner_timeout_s`` for a learner whose progress publisher it sees); a restarted bridge
+    continues its counts from the learner's acknowledgement (so a resumed learner keeps its
+    schedule, and no batch of the new count is taken for a re-send of the old one).
 
     With flow control the bridge keeps the replay batches the learner has not acknowledged yet.
     When the learner's progress, which it re-publishes every second, falls silent for longer than
@@ -167,6 +169,7 @@ class SimBridge(FinishableNode):
         self._returned = 0.0  # > 0: the learner came back after this much silence; re-send is due
         self.started = False
         self._learner_seen = False
+        self._created = time.monotonic()
         self._pending: list[np.ndarray] = []
         self._waiting_action = False
         self._step_republished = False
@@ -190,9 +193,9 @@ class SimBridge(FinishableNode):
         self.return_pub = self.create_publisher(Float64, p["episode_return_topic"], EPISODE_RETURN_QOS)
         self.create_subscription(Float64MultiArray, p["action_topic"], self._on_action,
                                  qos_for("action"))
-        if self.flow_control:
-            self.create_subscription(Int64MultiArray, p["progress_topic"], self._on_progress,
-                                     qos_for("learner_progress"))
+        self.progress_sub = (self.create_subscription(Int64MultiArray, p["progress_topic"], self._on_progress,
+                                                      qos_for("learner_progress"))
+                             if p["publish_replay"] else None)  # without flow control: for the counts only
         if self.flow_control and self.sync_policy:
             self.create_subscription(Int64, p["policy_version_topic"], self._on_version,
                                      POLICY_VERSION_QOS)
@@ -266,6 +269,12 @@ class SimBridge(FinishableNode):
             self.get_logger().warning(f"rejected learner progress: {err}", throttle_duration_sec=5.0)
             return
         ack = progress.acks.get(self.source)
+        if not self.flow_control:  # only where a restarted bridge's counts continue from
+            if not self._learner_seen and ack is not None and not self.started:
+                self.sent = self.acked = ack.transitions
+                self.seq = ack.seq + 1
+            self._learner_seen = True
+            return
         self.learner_transitions = progress.transitions
         self.learner_gradient_steps = progress.gradient_steps
         now = time.monotonic()
@@ -304,11 +313,21 @@ class SimBridge(FinishableNode):
 
     # ------------------------------------------------------------------ lock-step
     def ready(self) -> bool:
-        """Whether the graph is up: replay subscribers and (with flow control) the learner."""
+        """Whether the graph is up: replay subscribers and (with flow control) the learner.
+
+        Without flow control a learner is not waited for, but one that is there (its progress
+        publisher matched) is heard first, for up to ``learner_timeout_s``: its acknowledgement
+        gives a restarted bridge its counts. Else the new batch 0, bit-identical to the first one
+        for the same seed, was taken for a re-send and every batch up to the old count dropped."""
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
             return False
-        return self._learner_seen or not self.flow_control
+        if self._learner_seen:
+            return True
+        if self.flow_control:
+            return False
+        return not (self.progress_sub is not None and self.progress_sub.get_publisher_count() > 0
+                    and time.monotonic() - self._created < self.learner_timeout)
 
     def may_step(self) -> bool:
         """Flow control: within `max_ahead` of the learner, and the actor runs the due policy."""
