@@ -370,3 +370,42 @@ def test_a_re_sent_batch_0_is_a_duplicate_a_restarted_bridges_batch_0_is_not(tmp
     again.start(None, resume=True, journal=False, journal_fsync=False)
     assert again.is_duplicate(restarted) and not again.is_duplicate(first)  # kept in the checkpoint
     again.close()
+
+
+def test_a_batch_released_behind_one_a_stop_cut_short_is_left_for_the_resend(tmp_path, demos):
+    """The learner releases batches 1 and 2 together (2 came first and waited for 1); a stop cuts
+    batch 1 short after 4 transitions. Batch 2 is neither journalled nor acknowledged: the resumed
+    learner takes the rest of batch 1 from the journal, then the bridge's re-send of batch 2 whole.
+    Before, batch 2 was journalled from step 14, over batch 1's last 6 rows, and 6 transitions were
+    lost."""
+    base = to_dict(small_cfg(tmp_path, demos, "td3"))
+    cfg = load_run_config(None, {**base, "schedule": {**base["schedule"], "warmup_steps": 10**6}})
+    rng = np.random.default_rng(0)
+    rows = [np.concatenate([rng.normal(size=(10, 10)), np.zeros((10, 2))], axis=1)  # s, a, s', r; not ended
+            for _ in range(3)]
+    batches = [ReplayBatch.from_rows(r.astype(np.float32), 4, seq=k, source=9) for k, r in enumerate(rows)]
+    hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("s"))
+    stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
+    stream.start(None, resume=False, journal=True, journal_fsync=False)
+    stream.ingest(batches[0])
+    add, added = stream.replay.add, []
+
+    def add_then_stop(*row) -> None:
+        add(*row)
+        added.append(1)
+        if len(added) == 4:
+            stream.stop.set()  # SIGTERM in the middle of batch 1
+
+    stream.replay.add = add_then_stop
+    for batch in batches[1:]:  # as the learner's loop ingests what the reorder buffer released
+        stream.ingest(batch)
+    assert stream.step == 14 and stream.acks[9].seq == 1 and stream.checkpoint_if_stopped()
+    stream.close()
+    again = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
+    again.start(None, resume=True, journal=True, journal_fsync=False)
+    again.catch_up()
+    assert again.step == 20 and not again.is_duplicate(batches[2])  # unacknowledged: the bridge re-sends it
+    again.ingest(batches[2])
+    stored = {tuple(row) for row in again.replay.obs[:len(again.replay)].tolist()}
+    again.close()
+    assert again.step == 30 and stored == {tuple(row) for b in batches for row in b.obs.tolist()}

@@ -243,3 +243,18 @@ def test_learner_says_when_a_demonstration_episode_is_replaced(nodes, capfd) -> 
     learner._on_demo(m.demonstration_to_msg(np.ones((5, 4)), 2.0, 55))
     assert "episode 55 received again with other states: the later one replaces it" in capfd.readouterr().err
     assert len(learner.demos[55].obs) == 5
+    learner._on_demo(m.demonstration_to_msg(np.ones((5, 4)), 3.0, 55))  # the same states, another return
+    assert "episode 55 received again with another return (3.0 instead of 2.0)" in capfd.readouterr().err
+    assert learner.demos[55].ret == 3.0
+
+
+def test_demonstrations_after_the_start_are_not_kept(nodes, capfd, monkeypatch) -> None:
+    """Once training started the learner uses no new episode: it says so and keeps none (a live
+    recorder's stream would fill the memory for nothing)."""
+    learner = nodes["learner"]
+    monkeypatch.setattr(learner, "_demos_taken", True)
+    held = len(learner.demos)
+    for episode in range(1000, 1050):
+        learner._on_demo(m.demonstration_to_msg(np.zeros((3, 4)), 1.0, episode))
+    assert len(learner.demos) == held
+    assert "demonstration episode 1000 arrived after training started: not used" in capfd.readouterr().err

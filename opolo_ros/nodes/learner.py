@@ -174,14 +174,18 @@ class Learner(FinishableNode):
                                     f"{err}", throttle_duration_sec=LOG_THROTTLE_S)
             return
         earlier = self.demos.get(demo.episode)
-        if earlier is not None and np.array_equal(earlier.obs, episode.obs):
+        if earlier is not None and np.array_equal(earlier.obs, episode.obs) \
+                and np.array_equal(earlier.ret, episode.ret, equal_nan=True):
             return  # the same episode again (a transient-local re-delivery): no news
-        if self._demos_taken:
+        if self._demos_taken:  # not kept: a live recorder's stream would fill the memory for nothing
             self.get_logger().warning(f"demonstration episode {demo.episode} arrived after training "
                                       "started: not used", throttle_duration_sec=LOG_THROTTLE_S)
-        elif earlier is not None:
+            return
+        if earlier is not None:
+            what = "other states" if not np.array_equal(earlier.obs, episode.obs) else \
+                f"another return ({episode.ret} instead of {earlier.ret})"
             self.get_logger().warning(
-                f"demonstration episode {demo.episode} received again with other states: the later one "
+                f"demonstration episode {demo.episode} received again with {what}: the later one "
                 "replaces it (two demo players on one learner number their episodes alike)")
         self.demos[demo.episode] = episode
         self._demo_last = time.monotonic()

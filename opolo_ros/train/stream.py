@@ -215,7 +215,13 @@ class StreamTrainer:
         return batch.seq <= previous.seq
 
     def ingest(self, batch: ReplayBatch) -> None:
-        """Journal the batch, then consume it (and acknowledge what was consumed)."""
+        """Journal the batch, then consume it (and acknowledge what was consumed).
+
+        Not after a stop request or the end: a batch released with one that a stop cut short
+        would be journalled from the step where that one stopped, over its unconsumed rows (which
+        the journal replays on resume); unacknowledged, it is re-sent by its bridge instead."""
+        if self.done or self.stop.is_set():
+            return
         if self.journal is not None:
             self.journal.append(JournalRecord(self.step, batch.source, batch.seq, batch.rows()))
         self._consume(batch)
