@@ -29,8 +29,9 @@ ARGUMENTS = [
     LaunchArg("episodes", "4", "number of expert episodes to record"),
     LaunchArg("storage", "mcap", "rosbag2 storage plugin: mcap or sqlite3"),
     LaunchArg("seed", "0", "seed of the simulation (episode start states)"),
-    LaunchArg("skip_terminated", "false", "drop episodes that end by termination (a fall) and record "
-                                          "until 'episodes' reached the time limit"),
+    LaunchArg("skip_terminated", "", "drop episodes that end by termination (a fall) and record until "
+                                     "'episodes' reached the time limit (true/false); empty = the "
+                                     "file's demo_recorder value, else false"),
     LaunchArg("namespace", "", "namespace of the nodes (observation and action topics)"),
     LaunchArg("params_file", "", "ROS 2 parameter file; empty = the package's config/<task>.yaml, if any"),
     LaunchArg("time_feature", "auto", "whether the expert sees the time feature 1 - t/T: auto = "
@@ -49,6 +50,8 @@ def expert_time_feature(value: str, model_time_feature: bool) -> bool:
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     env, ns, seed = args["env"], args["namespace"], arg_value(args, "seed", int)
+    if seed < 0:
+        raise ValueError(f"launch argument 'seed': must not be negative, got {seed}")
     episodes = arg_value(args, "episodes", int)
     if episodes < 1:  # checked here, before the simulation and the expert start
         raise ValueError(f"launch argument 'episodes': must be at least 1, got {episodes}")
@@ -64,7 +67,7 @@ def describe(args: dict) -> list:
     if not env.endswith(".xml"):  # a wrong time_feature would record the watchdog's safe commands
         from opolo_ros.sim.envs import check_policy_fits
 
-        check_policy_fits(model, meta.obs_dim, meta.act_dim, env, time_feature)
+        check_policy_fits(model, meta.obs_dim, meta.act_dim, env, time_feature, trained_on=meta.env_id)
     return [
         NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
             **node_parameters(params_file, "sim_bridge", ns), "env_id": env, "seed": seed,
@@ -77,7 +80,8 @@ def describe(args: dict) -> list:
             **node_parameters(params_file, "demo_recorder", ns), "output": output,
             "episodes": episodes, "storage": args["storage"], "env_id": env,
             "expert": model.rsplit("/", 1)[-1], "drop_time_feature": time_feature,
-            "skip_terminated": arg_value(args, "skip_terminated", bool)}),
+            **({"skip_terminated": arg_value(args, "skip_terminated", bool)}
+               if args["skip_terminated"] else {})}),
     ]
 
 

@@ -134,11 +134,17 @@ def cmd_record(args: argparse.Namespace) -> int:
     policy = load_policy(model)
     env_id = args.env_id or policy.metadata.env_id
     time_feature = policy.metadata.time_feature if args.time_feature == "auto" else args.time_feature == "on"
-    check_policy_fits(model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id, time_feature)
+    check_policy_fits(model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id, time_feature,
+                      trained_on=policy.metadata.env_id)
     output = Path(args.output) if args.output else Path("models/demos") / env_id
     if output.exists():
         raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "
                               "(choose another --output or remove it)")
+    try:  # a path that cannot hold a bag fails now, not after the whole recording
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"--output {output}: cannot create its folder {output.parent} "
+                         f"({err.strerror})") from None
     metadata = {"env_id": env_id, "expert": model.name, "seed": args.seed, "source": "opolo-ros record"}
     if args.skip_terminated:
         episodes, skipped = complete_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,
@@ -162,6 +168,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from opolo_ros.launch_runner import launch_command
 
     return launch_command(args.name, args.arguments, show_args=args.show_args)
+
+
+def seed_value(text: str) -> int:
+    """A --seed: an integer >= 0 (Gymnasium refuses a negative one, deep in the first reset)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
 
 
 def _print_or_raise(text: str) -> None:
@@ -214,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override a config value, e.g. --set schedule.batch_size=256 (repeatable)")
         sp.add_argument("--env-id", dest="env_id")
         sp.add_argument("--demos", help="demonstrations: rosbag2 bag, folder of bags, or .npz")
-        sp.add_argument("--seed", type=int)
+        sp.add_argument("--seed", type=seed_value)
         sp.add_argument("--total-steps", dest="total_steps", type=int)
         sp.add_argument("--run-dir", dest="run_dir")
 
@@ -232,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("model")
     ev.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
     ev.add_argument("--episodes", type=int, default=10)
-    ev.add_argument("--seed", type=int, default=10_000)
+    ev.add_argument("--seed", type=seed_value, default=10_000)
     ev.add_argument("--stamp", action="store_true",
                     help="write the evaluation (mean/std/episodes/seed) into the model's metadata")
     ev.set_defaults(func=cmd_evaluate)
@@ -249,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--episodes", type=int, default=4)
     rec.add_argument("--output", help="new bag folder (default: models/demos/<env_id>)")
     rec.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
-    rec.add_argument("--seed", type=int, default=0, help="episode k is reset with seed + k")
+    rec.add_argument("--seed", type=seed_value, default=0, help="episode k is reset with seed + k")
     rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     rec.add_argument("--skip-terminated", dest="skip_terminated", action="store_true",
                      help="keep only episodes that reach the time limit (skip falls; their seeds go "

@@ -508,9 +508,10 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
         return 0
     result = run_launch(name, argv)
     learner = result.learner
-    if learner is not None and learner.error is not None:
-        print(f"opolo-ros launch: the learner failed: {learner.error}", file=sys.stderr)
-        return 1
+    for name, node in result.nodes.items():
+        if getattr(node, "error", None) is not None:
+            print(f"opolo-ros launch: the {name} failed: {node.error}", file=sys.stderr)
+            return 1
     if result.interrupted:
         where = ""
         if learner is not None:  # stopped before training began (e.g. waiting for demonstrations): none

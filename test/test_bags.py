@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -486,3 +487,28 @@ def test_run_config_picks_the_topic_joints_and_fields_of_a_robot_bag(tmp_path: P
                                  "demos_joints": "shoulder, elbow", "demos_fields": "velocity,position"})
     (ep,) = load_episodes(cfg.demos, **cfg.demo_options())
     assert np.array_equal(ep.obs, want)
+
+
+@pytest.mark.parametrize("case", ["negative_seed", "other_task", "output_under_a_file"])
+def test_cli_record_refuses_before_any_rollout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               case: str) -> None:
+    """One line, exit 2, and nothing recorded: a negative seed, a model of another task with the
+    same dimensions (Walker2d's expert has HalfCheetah's), an output that cannot be a folder."""
+    (tmp_path / "a_file").write_text("")
+    root = Path(__file__).resolve().parents[1]
+    argv = {"negative_seed": ["--model", str(IP_EXPERT), "--seed", "-1"],
+            "other_task": ["--model", str(root / "models" / "experts" / "Walker2d-v5.onnx"),
+                           "--env-id", "HalfCheetah-v5"],
+            "output_under_a_file": ["--model", str(IP_EXPERT),
+                                    "--output", str(tmp_path / "a_file" / "bag")]}[case]
+    says = {"negative_seed": "argument --seed: must not be negative, got -1",
+            "other_task": "was trained on Walker2d-v5 (its metadata's env_id), not HalfCheetah-v5",
+            "output_under_a_file": "bag: cannot create its folder"}[case]
+    if "--output" not in argv:
+        argv += ["--output", str(tmp_path / "bag")]
+    with pytest.raises(SystemExit) if case == "negative_seed" else contextlib.nullcontext() as exited:
+        status = cli.main(["record", "--episodes", "1", *argv])
+    status = exited.value.code if case == "negative_seed" else status
+    err = capsys.readouterr().err
+    assert status == 2 and says in err, err
+    assert not (tmp_path / "bag").exists()

@@ -489,3 +489,21 @@ def test_bridge_refuses_parameters_it_cannot_run_with_naming_them(ros_domain_id,
     spec = NodeSpec("sim_bridge", "sim_bridge", parameters={"env_id": ENV, **params})
     with pytest.raises(ValueError, match=match):
         GraphRunner([spec], ros_domain_id)
+
+
+def test_record_expert_with_an_expert_that_always_falls_ends_as_an_error(tmp_path, ros_domain_id, capfd):
+    """skip_terminated from the parameter file (the launch argument left empty keeps it): after
+    max_tries falls the recording ends, as an error naming the recorder, with no bag. Before, the
+    node path had no limit and ran on for ever."""
+    from opolo_ros.launch_runner import launch_command
+
+    falling = onnx_policy(tmp_path / "falls.onnx", [-2 / 3, -20 / 3, -1 / 3, -1 / 3])  # pushes it over
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"demo_recorder": {"ros__parameters": {"skip_terminated": True,
+                                                                             "max_tries": 3}}}))
+    status = launch_command("record_expert", [f"model:={falling}", "episodes:=1",
+                                              f"output:={tmp_path / 'bag'}", f"params_file:={params}"])
+    err = capfd.readouterr().err
+    assert status == 1, err
+    assert "the demo_recorder failed: only 0 of 3 episodes reached the time limit without terminating" in err
+    assert not (tmp_path / "bag").exists()

@@ -343,7 +343,7 @@ def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any]
 
 # Run config values that must be >= 1 / >= 0 (0 turns the periodic ones off).
 POSITIVE_KEYS = ("total_steps", "num_demos", "eval_episodes", "schedule.buffer_size")
-NON_NEGATIVE_KEYS = ("eval_every", "checkpoint_every", "export_every", "torch_threads",
+NON_NEGATIVE_KEYS = ("seed", "eval_every", "checkpoint_every", "export_every", "torch_threads",
                      "schedule.warmup_steps", "schedule.inverse_pretrain_steps", "schedule.disc_steps",
                      "schedule.inverse_steps", "schedule.gradient_steps", "schedule.exploration_noise")
 

@@ -199,7 +199,7 @@ class Actor(FinishableNode):
                               ("spin", SPIN_MODES)):
             if p[name] not in choices:
                 raise ParameterError(f"parameter '{name}' must be one of {choices}, got {p[name]!r}")
-        for name in ("warmup_steps", "exploration_noise", "rate_hz", "watchdog_rate_hz",
+        for name in ("seed", "warmup_steps", "exploration_noise", "rate_hz", "watchdog_rate_hz",
                      "max_action_rate"):
             if p[name] < 0:
                 raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")

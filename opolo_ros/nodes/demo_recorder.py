@@ -43,6 +43,9 @@ PARAMETERS: dict[str, tuple] = {
                                                       "do not publish"),
     "skip_terminated": (False, "drop episodes that end by termination (a fall), keep recording until "
                                "'episodes' reached the time limit"),
+    "max_tries": (0, "with skip_terminated: give up (an error, no bag) after this many episodes "
+                     "without 'episodes' that reached the time limit; 0 = 5 per episode asked for, "
+                     "as opolo-ros record --skip-terminated"),
     "drop_time_feature": (False, "the replay observations end with the bridge's time feature "
                                  "(1 - t/T): store them without it, as the environment gives them "
                                  "(a learner with time_feature adds its own)"),
@@ -67,6 +70,15 @@ class DemoRecorder(FinishableNode):
             raise ParameterError(f"parameter 'storage' must be one of {STORAGES}, got {self.storage!r}")
         if self.target < 1:
             raise ParameterError(f"parameter 'episodes' must be >= 1, got {self.target}")
+        if p["max_tries"] < 0:
+            raise ParameterError(f"parameter 'max_tries' must be >= 0, got {p['max_tries']}")
+        self.max_tries = p["max_tries"] or 5 * self.target
+        self.error: str | None = None  # why the recording ended without a bag
+        try:  # a path that cannot hold a bag fails now, not after the whole recording
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ParameterError(f"parameter 'output': cannot create the folder {self.output.parent} "
+                                 f"({err.strerror})") from None
         self.episodes: list[Episode] = []
         self.bag: Path | None = None
         self._source: int | None = None
@@ -104,6 +116,12 @@ class DemoRecorder(FinishableNode):
                 self.get_logger().warning(f"skipped an episode that ended by termination after "
                                           f"{len(self._states) - 1} steps ({self.skipped} so far)")
                 self._states, self._return = [], 0.0
+                if self.skipped + len(self.episodes) >= self.max_tries:
+                    self.error = (f"only {len(self.episodes)} of {self.max_tries} episodes reached the time "
+                                  f"limit without terminating; {self.target} were asked for (max_tries)")
+                    self.get_logger().error(f"{self.error}: no bag written")
+                    self.finished.set()
+                    return
             elif batch.terminated[i] or batch.truncated[i]:
                 self._end_episode(bool(batch.terminated[i]))
                 if len(self.episodes) >= self.target:

@@ -216,7 +216,7 @@ class SimBridge(FinishableNode):
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
         if p["mode"] not in MODES:
             raise ParameterError(f"parameter 'mode' must be one of {MODES}, got {p['mode']!r}")
-        for name in ("max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps"):
+        for name in ("seed", "max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps"):
             if p[name] < 0:
                 raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
         if p["replay_batch"] < 1:

@@ -196,8 +196,14 @@ def set_env_state(env: gym.Env, state: dict) -> None:
         e = e.env
 
 
-def check_policy_fits(origin: object, obs_dim: int, act_dim: int, env_id: str, time_feature: bool) -> None:
-    """A policy's dimensions against the environment's, as a clear error before any rollout."""
+def check_policy_fits(origin: object, obs_dim: int, act_dim: int, env_id: str, time_feature: bool,
+                      trained_on: str = "") -> None:
+    """A policy's dimensions against the environment's, and the task it was trained on (its
+    metadata's ``env_id``, when both are Gymnasium ids), as a clear error before any rollout:
+    Walker2d's expert has HalfCheetah's dimensions, and would record a bag labelled HalfCheetah."""
+    gymnasium_ids = not (trained_on.endswith(".xml") or env_id.endswith(".xml"))
+    if trained_on and trained_on != env_id and gymnasium_ids:
+        raise ValueError(f"{origin} was trained on {trained_on} (its metadata's env_id), not {env_id}")
     env = make_env(env_id, time_feature=time_feature)
     dims = (int(env.observation_space.shape[0]), int(env.action_space.shape[0]))
     env.close()
