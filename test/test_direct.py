@@ -409,3 +409,19 @@ def test_a_batch_released_behind_one_a_stop_cut_short_is_left_for_the_resend(tmp
     stored = {tuple(row) for row in again.replay.obs[:len(again.replay)].tolist()}
     again.close()
     assert again.step == 30 and stored == {tuple(row) for b in batches for row in b.obs.tolist()}
+
+
+def test_starting_over_sets_the_previous_runs_files_aside(tmp_path, demos):
+    """--no-resume in a folder that holds a run: its checkpoint, evaluations, TensorBoard events and
+    policies move to previous-<time>/ (nothing deleted, nothing mixed into the new run's)."""
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=100, eval_every=50)
+    DirectTrainer(cfg).train()
+    run = tmp_path / "run_td3"
+    before = {p.name for p in run.iterdir()}
+    assert {"checkpoint.pt", "eval.csv", "tb", "policy.onnx"} <= before
+    DirectTrainer(cfg).train(resume=False)
+    previous = [p for p in run.iterdir() if p.name.startswith("previous-")]
+    assert len(previous) == 1
+    assert {"checkpoint.pt", "eval.csv", "tb", "policy.onnx"} <= {p.name for p in previous[0].iterdir()}
+    assert len((run / "eval.csv").read_text().splitlines()) == 3  # header + 50 + 100: the new run's only
+    assert len(list((run / "tb").iterdir())) == 1  # one events file: the new run's

@@ -232,7 +232,8 @@ LEARNER_PARAMETERS: dict[str, tuple] = {
                         "0 = a multiple of schedule.train_freq near 250"),
     "demo_settle_s": (2.0, "start with fewer than num_demos episodes once none arrived "
                            "for this long"),
-    "resume": (True, "resume from <run_dir>/checkpoint.pt when it exists"),
+    "resume": (True, "resume from <run_dir>/checkpoint.pt when it exists; false: start over, the "
+                     "previous run's files moved to <run_dir>/previous-<date>-<time>/"),
     "progress_period_s": (1.0, "also re-publish the learner progress this often"),
     "journal": (True, "append each replay batch to <run_dir>/replay_journal.bin before acknowledging "
                       "it, and consume the journal again after a restart (no acknowledged transition "

@@ -50,6 +50,7 @@ from opolo_ros.train.checkpoint import (
     torch_rng_state,
 )
 from opolo_ros.train.logger import RunLogger
+from opolo_ros.train.runfolder import set_aside_previous_run
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
 
@@ -327,6 +328,10 @@ class DirectTrainer:
     def _train(self, resume: bool) -> TrainResult:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            moved = set_aside_previous_run(self.run_dir)
+            if moved is not None:
+                tqdm.write(f"starting over: the previous run's files are in {moved}")
         if resume and self.checkpoint_path.is_file():
             self.restore()
             self._recall_last_evaluation()

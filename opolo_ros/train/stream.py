@@ -56,6 +56,7 @@ from opolo_ros.train.direct import (
     seed_everything,
 )
 from opolo_ros.train.logger import RunLogger
+from opolo_ros.train.runfolder import set_aside_previous_run
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
 
@@ -140,6 +141,10 @@ class StreamTrainer:
             self.expert_return = float(np.mean(known)) if known else math.nan
         self.runner = UpdateRunner(self.learner, self.schedule, self.replay, experts)
         self._lock.acquire()  # before anything in the run folder is read or written
+        if not resume:
+            moved = set_aside_previous_run(self.run_dir)
+            if moved is not None:
+                self.hooks.log.info(f"starting over: the previous run's files are in {moved}")
         if resume and self.checkpoint_path.is_file():
             self._restore()
             self.hooks.log.info(f"resumed from {self.checkpoint_path} at {self.step} transitions")
