@@ -508,9 +508,9 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
         return 0
     result = run_launch(name, argv)
     learner = result.learner
-    for name, node in result.nodes.items():
+    for node_name, node in result.nodes.items():
         if getattr(node, "error", None) is not None:
-            print(f"opolo-ros launch: the {name} failed: {node.error}", file=sys.stderr)
+            print(f"opolo-ros launch: the {node_name} failed: {node.error}", file=sys.stderr)
             return 1
     if result.interrupted:
         where = ""

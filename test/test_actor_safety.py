@@ -549,7 +549,8 @@ def failing_when_run(model: Path) -> bytes:
     return bad.SerializeToString()
 
 
-@pytest.mark.parametrize("case", ["nan_bound", "huge_bound", "low_above_high", "deep_json", "fails_when_run"])
+@pytest.mark.parametrize("case", ["nan_bound", "huge_bound", "huge_integer", "low_above_high", "deep_json",
+                                  "fails_when_run"])
 def test_odd_models_are_policy_load_errors(tmp_path, case):
     """What a policy topic may carry and the loader must refuse (not die on): bounds no float32 graph
     holds, JSON nested past Python's recursion limit, a graph that builds but cannot run."""
@@ -559,10 +560,12 @@ def test_odd_models_are_policy_load_errors(tmp_path, case):
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
     data = {"nan_bound": lambda: with_metadata(model, action_low="[NaN]"),
             "huge_bound": lambda: with_metadata(model, action_high="[1e39]"),
+            "huge_integer": lambda: with_metadata(model, action_high="[1" + "0" * 400 + "]"),
             "low_above_high": lambda: with_metadata(model, action_low="[4.0]"),
             "deep_json": lambda: with_metadata(model, action_low="[" * 100_000),
             "fails_when_run": lambda: failing_when_run(model)}[case]()
-    says = {"fails_when_run": "the model fails when run", "deep_json": "malformed policy metadata"}
+    says = {"fails_when_run": "the model fails when run", "deep_json": "malformed policy metadata",
+            "huge_integer": "malformed policy metadata"}
     with pytest.raises(PolicyLoadError, match=says.get(case, "action bounds must be finite float32 values")):
         LoadedPolicy.load(data, 7, None, None)
 

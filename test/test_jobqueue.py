@@ -141,8 +141,8 @@ def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_scri
     ("jobs: [{name: '..', command: x}]", "not starting with '.'"),
     ("jobs: [{name: " + "a" * 101 + ", command: x}]", "must be 1-100 letters"),
     ("parallel: 2\njobs: [{name: a, command: x}]", r"unknown top-level keys \['parallel'\]"),
-    ("jobs: [{name: a, command: 'train && ship'}]", r"uses shell syntax \(&&\).*sh -c"),
-    ("jobs: [{name: a, command: 'train > out.txt'}]", r"uses shell syntax \(>\)"),
+    ("jobs: [{name: a, command: 'train && ship'}]", r"uses shell syntax \(&\).*sh -c"),
+    ("jobs: [{name: a, command: 'train >out.txt 2>/dev/null'}]", r"uses shell syntax \(>\)"),
     ("jobs: [{name: a, command: ''}]", "empty command"),
     ("jobs: [{name: a, command: {x: 1}}]", "string or a list"),
     ("jobs: [{name: a, command: x}, {name: a, command: y}]", "duplicate name 'a'"),
@@ -161,6 +161,16 @@ def test_missing_queue_file_is_a_clear_error(tmp_path: Path) -> None:
     queue = JobQueue([Job("a", ("true",), ())], tmp_path / "state", log=lambda _: None)
     with pytest.raises(ValueError, match=r"--state-dir .*state is a file, not a folder"):
         queue.run(threading.Event())
+
+
+def test_quoted_shell_characters_are_plain_arguments(tmp_path: Path) -> None:
+    path = tmp_path / "q.yaml"
+    path.write_text("""jobs:
+  - {name: a, command: "find . -exec echo {} ';'"}
+  - {name: b, command: "tool --sep '|' --and \\\\&"}
+""")
+    assert [j.command for j in load_queue(path)] == [("find", ".", "-exec", "echo", "{}", ";"),
+                                                     ("tool", "--sep", "|", "--and", "&")]
 
 
 def test_load_queue_splits_strings_and_keeps_lists(tmp_path: Path) -> None:
@@ -334,3 +344,81 @@ def test_a_closed_output_does_not_stop_the_queue(tmp_path: Path, job_script: Pat
     status = subprocess.run([OPOLO_ROS, "queue", str(queue_file), "--status", "--state-dir", state],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     assert [line.split()[1] for line in status] == ["done", "done", "done"]
+
+
+# A job that takes `saving` s to write its checkpoint on the first SIGTERM, and aborts on a second one.
+PATIENT = r"""
+import os, signal, sys, time
+from pathlib import Path
+name, root, saving = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+(root / f"{name}.started").write_text(str(os.getpid()))
+def stop(*_):
+    signal.signal(signal.SIGTERM, lambda *_: ((root / f"{name}.aborted").touch(), os._exit(1)))
+    time.sleep(saving)
+    (root / f"{name}.checkpoint").touch()
+    sys.exit(130)
+signal.signal(signal.SIGTERM, stop)
+time.sleep(60)
+"""
+
+
+def patient(tmp_path: Path, name: str, saving: float = 1.0) -> Job:
+    script = tmp_path / "patient.py"
+    script.write_text(PATIENT)
+    return Job(name, (sys.executable, str(script), name, str(tmp_path), str(saving)))
+
+
+def run_in_thread(queue: JobQueue, stop: threading.Event) -> tuple[threading.Thread, list]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            queue.run(stop)
+        except BaseException as err:
+            errors.append(err)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors
+
+
+def test_a_queue_failing_while_it_stops_signals_no_job_twice(tmp_path: Path) -> None:
+    """Stopping (one SIGTERM each), the queue cannot record one job's end: the other job, still
+    writing its checkpoint, gets no second SIGTERM (which would abort it)."""
+    jobs = [patient(tmp_path, "slow", saving=3.0), patient(tmp_path, "fast", saving=0.3)]
+    queue = JobQueue(jobs, tmp_path / "state", parallel=2, poll_s=0.05, log=lambda _: None)
+    finish = queue._finish
+
+    def finish_or_fail(job: Job, rc: int) -> None:
+        if job.name == "fast":
+            raise OSError(28, "No space left on device")
+        finish(job, rc)
+
+    queue._finish = finish_or_fail
+    stop = threading.Event()
+    thread, errors = run_in_thread(queue, stop)
+    deadline = time.monotonic() + 30
+    started = lambda: all((tmp_path / f"{n}.started").exists() for n in ("slow", "fast"))  # noqa: E731
+    while not started() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    thread.join(timeout=30)
+    assert len(errors) == 1 and isinstance(errors[0], OSError), errors
+    assert (tmp_path / "slow.checkpoint").exists() and not (tmp_path / "slow.aborted").exists()
+
+
+def test_a_job_whose_pid_file_cannot_be_written_is_not_left_running(tmp_path: Path) -> None:
+    jobs = [patient(tmp_path, "b")]
+    state = tmp_path / "state"
+    (state / "b.pid").mkdir(parents=True)  # the pid file cannot be written
+    thread, errors = run_in_thread(JobQueue(jobs, state, poll_s=0.05, log=lambda _: None), threading.Event())
+    thread.join(timeout=30)
+    assert len(errors) == 1 and isinstance(errors[0], OSError), errors
+    mine = []  # processes whose command line names this test's folder: the job, if left running
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(tmp_path).encode() in (proc / "cmdline").read_bytes():
+                mine.append(proc.name)
+        except OSError:
+            continue
+    assert mine == []

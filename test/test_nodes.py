@@ -507,3 +507,42 @@ def test_record_expert_with_an_expert_that_always_falls_ends_as_an_error(tmp_pat
     assert status == 1, err
     assert "the demo_recorder failed: only 0 of 3 episodes reached the time limit without terminating" in err
     assert not (tmp_path / "bag").exists()
+
+
+def test_a_node_that_fails_its_work_exits_1(tmp_path, ros_domain_id, ros_node):
+    """`ros2 run` of a recorder that gives up (max_tries): exit status 1 and why, not 0."""
+    import threading
+
+    from opolo_ros.nodes.common import run_node
+    from opolo_ros.nodes.demo_recorder import DemoRecorder
+
+    node, _ = ros_node("replay_feeder")
+    pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+    done = threading.Event()
+
+    def feed() -> None:  # episodes of 3 steps that end in a fall, until the recorder is done
+        o, a = np.zeros((3, 4)), np.zeros((3, 1))
+        for k in range(200):
+            if done.is_set():
+                return
+            fell = np.array([0, 0, 1.0])
+            pub.publish(m.replay_to_msg(o, a, o, np.zeros(3), fell, np.zeros(3), seq=k, source=7))
+            time.sleep(0.05)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        status = run_node(DemoRecorder, ["demo_recorder", "--ros-args", "-p", "skip_terminated:=true",
+                                         "-p", "max_tries:=2", "-p", "episodes:=1",
+                                         "-p", f"output:={tmp_path / 'bag'}"])
+    finally:
+        done.set()
+        feeder.join()
+    assert status == 1 and not (tmp_path / "bag").exists()
+
+
+def test_record_expert_launch_names_its_launch_file_at_the_end(tmp_path, ros_domain_id, capfd):
+    from opolo_ros.launch_runner import launch_command
+
+    assert launch_command("record_expert", ["episodes:=1", f"output:={tmp_path / 'bag'}"]) == 0
+    assert "opolo-ros launch: record_expert finished after" in capfd.readouterr().err

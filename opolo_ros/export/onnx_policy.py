@@ -111,7 +111,7 @@ class PolicyMetadata:
                 source=props["source"],
                 extra={k: v for k, v in props.items() if k not in REQUIRED_KEYS},
             )
-        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        except (TypeError, ValueError, RecursionError, OverflowError) as exc:  # nested too deep, 1e400
             raise PolicyLoadError(f"{origin}: malformed policy metadata ({str(exc)[:200]})") from None
         if meta.obs_dim <= 0 or meta.act_dim <= 0:
             raise PolicyLoadError(f"{origin}: metadata dims must be positive, got obs_dim={meta.obs_dim} "

@@ -208,6 +208,10 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
             executor = make_executor(rclpy.get_default_context(), getattr(node, "executor_kind", "events"))
             executor.add_node(node)
             spin_until_stopped(executor, node, stop)
+            failed = getattr(node, "error", None)  # the work ended without its result (learner, recorder)
+            if failed is not None:
+                print(f"{default_node_name(factory)}: failed: {one_line(failed)}", file=sys.stderr)
+                status = 1
         except (KeyboardInterrupt, ExternalShutdownException):
             pass
         except (ValueError, FileNotFoundError, rclpy_implementation.RCLError) as err:

@@ -28,7 +28,7 @@ Lock-step (``mode: lockstep``, training)
 
     The bridge starts stepping once the replay topic has ``wait_for_subscribers`` subscribers and,
     with flow control, once the learner has announced itself (without, it waits up to
-    ``learner_timeout_s`` for a learner whose progress publisher it sees); a restarted bridge
+    ``learner_wait_s`` for a learner whose progress publisher it sees); a restarted bridge
     continues its counts from the learner's acknowledgement (so a resumed learner keeps its
     schedule, and no batch of the new count is taken for a re-send of the old one).
 
@@ -122,6 +122,9 @@ PARAMETERS: dict[str, tuple] = {
     "learner_timeout_s": (3.0, "flow control: learner progress silent this long = the learner is gone; "
                                "unacknowledged replay batches are re-sent when it returns, and "
                                "when its acknowledgement has not moved for this long"),
+    "learner_wait_s": (30.0, "without flow control: before the first step, wait up to this long for "
+                             "a learner whose progress publisher is there to announce itself (its "
+                             "acknowledgement continues a restarted bridge's counts); 0 = do not wait"),
 }
 
 
@@ -223,12 +226,13 @@ class SimBridge(FinishableNode):
             raise ParameterError(f"parameter 'replay_batch' must be >= 1, got {p['replay_batch']}")
         # `not x > 0` also refuses NaN, which every comparison would let through
         for name, least in (("action_timeout_s", 0.0), ("learner_timeout_s", 0.0), ("time_scale", 0.0),
-                            ("rate_hz", None)):
+                            ("rate_hz", None), ("learner_wait_s", None)):
             value = p[name]
             if not (math.isfinite(value) and (value > least if least is not None else value >= 0)):
                 rule = "> 0" if least is not None else ">= 0"
                 raise ParameterError(f"parameter '{name}' must be a finite number {rule}, got {value}")
         self.learner_timeout = p["learner_timeout_s"]
+        self.learner_wait = p["learner_wait_s"]
         self.flow_control = p["mode"] == "lockstep" and p["flow_control"] and p["publish_replay"]
         self.sync_policy = p["sync_policy"] and p["policy_every"] > 0
         self.max_ahead = p["max_ahead"]
@@ -316,9 +320,12 @@ class SimBridge(FinishableNode):
         """Whether the graph is up: replay subscribers and (with flow control) the learner.
 
         Without flow control a learner is not waited for, but one that is there (its progress
-        publisher matched) is heard first, for up to ``learner_timeout_s``: its acknowledgement
-        gives a restarted bridge its counts. Else the new batch 0, bit-identical to the first one
-        for the same seed, was taken for a re-send and every batch up to the old count dropped."""
+        publisher matched) is heard first, for up to ``learner_wait_s`` from the bridge's start (a
+        resumed learner announces itself once its checkpoint is loaded): its acknowledgement gives
+        a restarted bridge its counts. Else the new batch 0, bit-identical to the first one for the
+        same seed, was taken for a re-send and every batch up to the old count dropped. (Batches of
+        the old bridge still queued in the learner take the place of the new bridge's first ones
+        with the same ``seq``: the counts agree, those few transitions are the old run's.)"""
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
             return False
@@ -327,7 +334,7 @@ class SimBridge(FinishableNode):
         if self.flow_control:
             return False
         return not (self.progress_sub is not None and self.progress_sub.get_publisher_count() > 0
-                    and time.monotonic() - self._created < self.learner_timeout)
+                    and time.monotonic() - self._created < self.learner_wait)
 
     def may_step(self) -> bool:
         """Flow control: within `max_ahead` of the learner, and the actor runs the due policy."""

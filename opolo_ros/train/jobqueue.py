@@ -20,7 +20,8 @@ Queue file (YAML)::
         after: walker_expert                # starts once that job is done (exited 0)
 
 A command string is split into words as a shell would (quotes), then run without a shell: pipes,
-redirections, ``&&`` and ``$VARIABLES`` need ``sh -c '...'`` (the first four are refused).
+redirections, ``&&``, ``;`` and ``$VARIABLES`` need ``sh -c '...'``; an unquoted ``|&;<>`` is
+refused (a ``$`` reaches the command as it is).
 
 State lives in `--state-dir` (default: `runs/queue/<queue file stem>`): `<name>.log` (the job's
 stdout and stderr, appended), `<name>.pid` while it runs, `<name>.done` once it exited 0,
@@ -47,7 +48,7 @@ from opolo_ros.errors import one_line
 
 NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")  # not ".", "..", a hidden file, > 100
 RESERVED = {"queue"}  # queue.pid is the queue's own
-SHELL_SYNTAX = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>", "2>&1", "&>"}
+SHELL_CHARS = set("|&;<>")  # pipes, &&, ;, redirections: shell syntax when not quoted
 INTERRUPTED = 130
 CANNOT_START = 127  # as a shell reports a command it cannot run
 REQUIRED = {"name", "command"}
@@ -95,9 +96,9 @@ def load_queue(path: str | Path) -> list[Job]:
             raise ValueError(f"{where}: command must be a string or a list of strings, got {command!r}")
         if not argv:
             raise ValueError(f"{where}: empty command")
-        shell = [a for a in argv if a in SHELL_SYNTAX] if isinstance(command, str) else []
+        shell = _unquoted_shell_chars(command) if isinstance(command, str) else ""
         if shell:
-            raise ValueError(f"{where}: command {command!r} uses shell syntax ({' '.join(shell)}), but a "
+            raise ValueError(f"{where}: command {command!r} uses shell syntax ({shell}), but a "
                              "command runs without a shell: write it as sh -c '...'")
         if any(j.name == name for j in jobs):
             raise ValueError(f"{where}: duplicate name {name!r}")
@@ -117,6 +118,23 @@ def load_queue(path: str | Path) -> list[Job]:
     if cycle:
         raise ValueError(f"{path}: jobs wait for each other in a circle: {' -> '.join(cycle)}")
     return jobs
+
+
+def _unquoted_shell_chars(command: str) -> str:
+    """The characters of |&;<> that stand outside quotes (and unescaped) in a command string."""
+    found, quote, escaped = [], "", False
+    for ch in command:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in SHELL_CHARS and ch not in found:
+            found.append(ch)
+    return " ".join(found)
 
 
 def _cycle(after: dict[str, tuple[str, ...]]) -> list[str]:
@@ -190,6 +208,7 @@ class JobQueue:
         self.source = Path(source) if source is not None else None
         self._reload_error = ""
         self._running: dict[str, tuple[Job, subprocess.Popen]] = {}
+        self._signalled: set[str] = set()  # running jobs sent SIGTERM once (a second one aborts them)
 
     def say(self, text: str) -> None:
         """A progress line; if the output is gone (a closed pipe: `| head`, a `| tee` that was
@@ -238,7 +257,12 @@ class JobQueue:
             except OSError as err:
                 out.write(f"queue: cannot start the command: {one_line(err)}\n".encode())
                 return None
-        self._file(job, "pid").write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
+        try:
+            self._file(job, "pid").write_text(f"{proc.pid} {_start_time(proc.pid)}\n")
+        except BaseException:  # not watched yet: stopped here, not left behind
+            self._signal(proc, signal.SIGTERM)
+            proc.wait()
+            raise
         self.say(f"queue: started {job.name} (pid {proc.pid})")
         return proc
 
@@ -295,7 +319,7 @@ class JobQueue:
 
     def _loop(self, stop: threading.Event) -> None:
         tried: set[str] = set()
-        signalled: set[str] = set()
+        signalled = self._signalled
         while True:
             while not stop.is_set() and len(self._running) < self.parallel:
                 job = self._next(tried)
@@ -325,9 +349,11 @@ class JobQueue:
                 stop.wait(self.poll_s)
 
     def _abandon(self) -> None:
-        """SIGTERM to every running job, wait for each (it writes its checkpoint), record what can be."""
-        for _, proc in self._running.values():
-            self._signal(proc, signal.SIGTERM)
+        """SIGTERM to every running job (once: a second one would abort its checkpoint), wait for each,
+        record what can be."""
+        for name, (_, proc) in self._running.items():
+            if name not in self._signalled:
+                self._signal(proc, signal.SIGTERM)
         for job, proc in list(self._running.values()):
             rc = proc.wait()
             try:
