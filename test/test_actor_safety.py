@@ -589,3 +589,32 @@ def test_loader_thread_lives_on_after_any_error(tmp_path, ros_domain_id, ros_nod
         actor.request_load(onnx_policy(tmp_path / "p6.onnx", [0.0] * 4, bias=0.2).read_bytes(), 6)
         assert rig.spin_until(lambda: actor.version == 6), (actor.version, actor.rejected)
         assert actor._loader.is_alive() and actor.rejected == 2
+
+
+def test_safe_points_follow_the_control_rhythm_and_skip_an_idle_actor(tmp_path, ros_domain_id, ros_node):
+    """The loader starts GIL-holding work right after a control step, waiting at most three usual
+    gaps; an actor with no step for longer (a lock-step bridge waiting for this very policy) or
+    none yet is not waited for."""
+    import threading
+
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model)
+    with graph:
+        actor = rig.actor
+
+        def waited() -> float:
+            t0 = time.monotonic()
+            actor._wait_for_safe_point()
+            return time.monotonic() - t0
+
+        assert actor._ticks == 0 and waited() < 0.01  # no control step yet
+        actor._ticks, actor._tick_gap, actor._tick_at = 5, 0.005, time.monotonic() - 1.0
+        assert waited() < 0.01  # idle for a second
+        actor._tick_at = time.monotonic()
+        assert 0.01 < waited() < 0.045  # three 5 ms gaps after the last step, then on
+        actor._tick_gap, actor._tick_at = 0.02, time.monotonic()
+        timer = threading.Timer(0.01, actor._count_tick)  # the next step, 10 ms on
+        timer.start()
+        took = waited()
+        timer.join()
+        assert 0.009 < took < 0.03 and actor._ticks == 6  # right after it

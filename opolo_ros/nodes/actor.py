@@ -148,6 +148,8 @@ class Actor(FinishableNode):
         self.callback_ns = latency.DurationLog()  # observation callback, entry to published command
         self._gc_monitor: latency.GcMonitor | None = None
         self._ticks = 0  # control steps done: the loader's safe points
+        self._tick_at = 0.0  # monotonic time of the last control step
+        self._tick_gap = 0.0  # moving average of the time between control steps
         self._last_obs_key: bytes | None = None
         self._last_action_msg: Float64MultiArray | None = None
         self._latest_obs: np.ndarray | None = None
@@ -341,14 +343,25 @@ class Actor(FinishableNode):
             return self.pool.load(source, version, obs_dim, act_dim, self.current, safe_point)
         return LoadedPolicy.load(source, version, obs_dim, act_dim, safe_point)
 
+    def _count_tick(self) -> None:
+        now = time.monotonic()
+        if self._ticks:
+            self._tick_gap += 0.1 * (now - self._tick_at - self._tick_gap)
+        self._tick_at = now
+        self._ticks += 1
+
     def _wait_for_safe_point(self) -> None:
         """Return right after a control step, when the next observation is furthest away.
 
         Session creation holds the GIL for ~1 ms; started at a random moment it would delay a
         control step by that much, started here it fits in the gap before the next observation.
+        No step for three usual gaps (at most ``SAFE_POINT_MAX_WAIT_S``) since the last one: the
+        actor is idle (e.g. a lock-step bridge waiting for this very policy), so no waiting then.
         """
         seen = self._ticks
-        deadline = time.monotonic() + SAFE_POINT_MAX_WAIT_S
+        gap = self._tick_gap
+        patience = min(3 * gap, SAFE_POINT_MAX_WAIT_S) if gap > 0 else SAFE_POINT_MAX_WAIT_S
+        deadline = max(self._tick_at + patience, time.monotonic()) if seen else time.monotonic()
         while self._ticks == seen and time.monotonic() < deadline and not self._stop.is_set():
             time.sleep(SAFE_POINT_POLL_S)
 
@@ -481,7 +494,7 @@ class Actor(FinishableNode):
         else:
             self._respond_deploy(obs, seq, now)
             self.callback_ns.add(perf_counter_ns() - start)
-        self._ticks += 1
+        self._count_tick()
 
     def _on_timer(self) -> None:
         """Fixed-rate commands from the newest observation; the safe command when it is stale."""
@@ -503,7 +516,7 @@ class Actor(FinishableNode):
                 self._publish(m.action_to_msg(action))
         else:
             self._respond_deploy(latest, self._latest_seq, now)
-        self._ticks += 1
+        self._count_tick()
 
     def _on_watchdog(self) -> None:
         """Per-observation deploy: the safe command while observations are stale."""
