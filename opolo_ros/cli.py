@@ -172,7 +172,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 def seed_value(text: str) -> int:
     """A --seed: an integer >= 0 (Gymnasium refuses a negative one, deep in the first reset)."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value

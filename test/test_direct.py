@@ -422,6 +422,7 @@ def test_starting_over_sets_the_previous_runs_files_aside(tmp_path, demos):
     DirectTrainer(cfg).train(resume=False)
     previous = [p for p in run.iterdir() if p.name.startswith("previous-")]
     assert len(previous) == 1
-    assert {"checkpoint.pt", "eval.csv", "tb", "policy.onnx"} <= {p.name for p in previous[0].iterdir()}
+    kept = {p.name for p in previous[0].iterdir()}
+    assert {"checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx"} <= kept  # exportable as it was
     assert len((run / "eval.csv").read_text().splitlines()) == 3  # header + 50 + 100: the new run's only
     assert len(list((run / "tb").iterdir())) == 1  # one events file: the new run's

@@ -546,3 +546,21 @@ def test_record_expert_launch_names_its_launch_file_at_the_end(tmp_path, ros_dom
 
     assert launch_command("record_expert", ["episodes:=1", f"output:={tmp_path / 'bag'}"]) == 0
     assert "opolo-ros launch: record_expert finished after" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("ends, bag", [("fall fall ok", False), ("ok fall fall ok", False),
+                                       ("fall ok ok", True)])
+def test_recorder_max_tries_counts_every_episode(tmp_path, ros_domain_id, ends, bag):
+    """max_tries 3 for 2 episodes: the third episode ends the recording, a success or not (as
+    `opolo-ros record --skip-terminated` stops after its tries)."""
+    specs = [NodeSpec("demo_recorder", "demo_recorder", parameters={
+        "output": str(tmp_path / "bag"), "episodes": 2, "skip_terminated": True, "max_tries": 3})]
+    with GraphRunner(specs, ros_domain_id) as graph:
+        recorder = graph.nodes["demo_recorder"]
+        o, a = np.zeros((3, 4)), np.zeros((3, 1))
+        for k, end in enumerate(ends.split()):
+            last = np.array([0, 0, 1.0])  # the episode's last step: a fall, or the time limit
+            fell, limit = (last, np.zeros(3)) if end == "fall" else (np.zeros(3), last)
+            recorder._on_replay(m.replay_to_msg(o, a, o, np.zeros(3), fell, limit, seq=k, source=7))
+        assert recorder.finished.is_set()
+    assert (tmp_path / "bag").exists() is bag and (recorder.error is None) is bag

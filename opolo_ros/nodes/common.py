@@ -185,9 +185,11 @@ def check_params_files(args: list[str]) -> None:
 def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     """``main()`` of a node executable: init, spin until a signal or the node's work is done, clean up.
 
-    Exit status: 0 when the node finished or was stopped by a signal, 2 for bad parameters or
-    arguments (a one-line error on stderr). Called with ``args=None`` (the executable: ``ros2 run``,
-    ``python -m``) it ends the process itself (:func:`exit_now`); with explicit `args` it returns.
+    Exit status: 0 when the node finished or was stopped by a signal, 1 when its work failed (the
+    node's ``error``: a learner that could not train, a recorder that gave up), 2 for bad
+    parameters or arguments (a one-line error on stderr). Called with ``args=None`` (the
+    executable: ``ros2 run``, ``python -m``) it ends the process itself (:func:`exit_now`); with
+    explicit `args` it returns.
     """
     import rclpy
     from rclpy.executors import ExternalShutdownException

@@ -73,6 +73,9 @@ class DemoRecorder(FinishableNode):
         if p["max_tries"] < 0:
             raise ParameterError(f"parameter 'max_tries' must be >= 0, got {p['max_tries']}")
         self.max_tries = p["max_tries"] or 5 * self.target
+        if self.skip_terminated and self.max_tries < self.target:
+            raise ParameterError(f"parameter 'max_tries' ({self.max_tries}) must be at least 'episodes' "
+                                 f"({self.target})")
         self.error: str | None = None  # why the recording ended without a bag
         try:  # a path that cannot hold a bag fails now, not after the whole recording
             self.output.parent.mkdir(parents=True, exist_ok=True)
@@ -116,17 +119,19 @@ class DemoRecorder(FinishableNode):
                 self.get_logger().warning(f"skipped an episode that ended by termination after "
                                           f"{len(self._states) - 1} steps ({self.skipped} so far)")
                 self._states, self._return = [], 0.0
-                if self.skipped + len(self.episodes) >= self.max_tries:
-                    self.error = (f"only {len(self.episodes)} of {self.max_tries} episodes reached the time "
-                                  f"limit without terminating; {self.target} were asked for (max_tries)")
-                    self.get_logger().error(f"{self.error}: no bag written")
-                    self.finished.set()
-                    return
             elif batch.terminated[i] or batch.truncated[i]:
                 self._end_episode(bool(batch.terminated[i]))
                 if len(self.episodes) >= self.target:
                     self._write()
                     return
+            else:
+                continue
+            if self.skip_terminated and self.skipped + len(self.episodes) >= self.max_tries:
+                self.error = (f"only {len(self.episodes)} of {self.max_tries} episodes reached the time "
+                              f"limit without terminating; {self.target} were asked for (max_tries)")
+                self.get_logger().error(f"{self.error}: no bag written")
+                self.finished.set()
+                return
 
     def _end_episode(self, terminated: bool) -> None:
         k = len(self.episodes)

@@ -308,6 +308,7 @@ class JobQueue:
         done = sum(self.state(j) == "done" for j in self.jobs)
         self.say(f"queue: {done} of {len(self.jobs)} jobs done, {len(self.jobs) - done} to run, "
                  f"{self.parallel} at a time")
+        self._signalled.clear()
         try:
             self._loop(stop)
         except BaseException:  # the queue itself failed (a state file it cannot write): no job left unwatched

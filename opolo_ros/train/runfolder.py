@@ -11,8 +11,9 @@ import os
 import time
 from pathlib import Path
 
-RUN_FILES = ("checkpoint.pt", "eval.csv", "tb", "policy.onnx", "policy_best.onnx", "learning_curve.png",
-             "replay_journal.bin")  # config.yaml and launch_params.yaml: written anew before this runs
+RUN_FILES = ("checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx", "policy_best.onnx",
+             "learning_curve.png", "replay_journal.bin", "learner_params.yaml")
+# (launch_params.yaml is written by `opolo-ros launch` before the learner starts: the new run's)
 
 
 def set_aside_previous_run(run_dir: Path) -> Path | None:
