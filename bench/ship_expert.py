@@ -85,14 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.move(recorded, demos)
         shutil.move(candidate, model)
     log = source.parent / "eval.csv"
+    copied = ""
     if log.is_file():
         results = root / "bench" / "results" / "experts"
         results.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(log, results / f"{task}_eval.csv")
+        copied = f"bench/results/experts/{task}_eval.csv, "
     experts_table.main(root)
     verdict = f"{mean:.1f} >= {target}" if mean >= target else f"{mean:.1f}, BELOW the target {target}"
     print(f"ship_expert: {task} shipped ({verdict}); commit {model.relative_to(root)}, "
-          f"{demos.relative_to(root)}/, bench/results/experts/{task}_eval.csv and models/experts/README.md")
+          f"{demos.relative_to(root)}/, {copied}models/experts/README.md"
+          + ("" if copied else f" (no eval.csv next to {source.name}: no training log to keep)"))
     return 0
 
 

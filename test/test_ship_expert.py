@@ -53,7 +53,8 @@ def test_ships_model_demos_log_and_table(project: Path, capsys: pytest.CaptureFi
     table = (project / "models" / "experts" / "README.md").read_text()
     assert f"| {TASK} | >= 1000 | 1000.0 +- 0.0 |" in table
     assert "| Hopper-v5 | >= 3000 | missing |" in table  # the scratch folder has no other expert
-    assert "shipped (1000.0 >= 1000)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "shipped (1000.0 >= 1000)" in out and f"bench/results/experts/{TASK}_eval.csv, " in out
 
     # Again: already shipped, kept as it is.
     stamp = model.stat().st_mtime_ns
