@@ -181,13 +181,17 @@ def seed_value(text: str) -> int:
     return value
 
 
+def _drop_stdout() -> None:
+    """After a closed pipe: stdout to /dev/null, so nothing is left to fail at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _print_or_raise(text: str) -> None:
-    """print, flushed; on a closed pipe, stdout goes to /dev/null (nothing left to fail at exit)
-    and the error is raised for the caller to decide."""
+    """print, flushed; on a closed pipe, stdout is dropped and the error raised for the caller."""
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         raise
 
 
@@ -317,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return func(args)
     except BrokenPipeError:  # output piped into `head` and the like: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        _drop_stdout()
         return 0
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(f"opolo-ros {args.command}: error: {one_line(exc)}", file=sys.stderr)

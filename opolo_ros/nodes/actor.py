@@ -126,6 +126,12 @@ SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
 SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
 
 
+def _reason(err: Exception, expected: type) -> str:
+    """Why a policy was refused, for the log: the expected error's message, else also its type."""
+    why = str(err) if isinstance(err, expected) else f"{type(err).__name__}: {err}"
+    return why[:500]
+
+
 class Actor(FinishableNode):
     def __init__(self, *, node_name: str = "actor", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
@@ -280,8 +286,7 @@ class Actor(FinishableNode):
             return decode(msg)
         except Exception as err:  # MessageError, or anything else odd bytes may bring: never raised on
             self.rejected += 1
-            why = str(err) if isinstance(err, m.MessageError) else f"{type(err).__name__}: {err}"
-            self.get_logger().error(f"rejected policy message: {why[:500]}")
+            self.get_logger().error(f"rejected policy message: {_reason(err, m.MessageError)}")
             return None
 
     def request_load(self, source: bytes | str, version: int | None = None) -> None:
@@ -315,8 +320,7 @@ class Actor(FinishableNode):
             except Exception as err:  # whatever a model does, the loader thread lives on
                 self.rejected += 1
                 kept = f"version {reference.version}" if reference else "none"
-                why = str(err) if isinstance(err, PolicyLoadError) else f"{type(err).__name__}: {err}"
-                self.get_logger().error(f"policy refused, keeping {kept}: {why[:500]}")
+                self.get_logger().error(f"policy refused, keeping {kept}: {_reason(err, PolicyLoadError)}")
 
     def _input_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
         """Why the observations cannot feed this model, or None when they can: a clock for a model

@@ -273,21 +273,17 @@ class SimBridge(FinishableNode):
             self.get_logger().warning(f"rejected learner progress: {err}", throttle_duration_sec=5.0)
             return
         ack = progress.acks.get(self.source)
-        if not self.flow_control:  # only where a restarted bridge's counts continue from
-            if not self._learner_seen and ack is not None and not self.started:
+        if not self._learner_seen:
+            self._learner_seen = True
+            if ack is not None and not self.started:  # a restarted bridge: continue the learner's counts
                 self.sent = self.acked = ack.transitions
                 self.seq = ack.seq + 1
-            self._learner_seen = True
+        if not self.flow_control:  # the counts are all it takes from the progress
             return
         self.learner_transitions = progress.transitions
         self.learner_gradient_steps = progress.gradient_steps
         now = time.monotonic()
         silent, self._last_progress = now - self._last_progress, now
-        if not self._learner_seen:
-            self._learner_seen = True
-            if ack is not None and not self.started:  # a resumed learner: continue its counts
-                self.sent = self.acked = ack.transitions
-                self.seq = ack.seq + 1
         if ack is not None:
             if ack.transitions > self.acked:
                 self._last_ack_move = now
