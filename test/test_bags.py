@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
@@ -155,6 +157,51 @@ def test_folder_of_bags_merged_in_order(tmp_path: Path) -> None:
     assert got[0].meta["bag"].endswith("run_a") and got[2].meta["bag"].endswith("run_b")
 
 
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_a_changed_byte_or_a_storage_file_listed_twice_is_caught(tmp_path: Path, storage: str) -> None:
+    """The digests written with the bag: a flipped bit in an observation (the storage formats check
+    nothing here), or every message read twice, is an error, not other demonstrations."""
+    eps = _episodes(lengths=(4, 5))
+    eps[1].obs[2, 1] = np.float32(1234.5678)
+    bag = write_demonstrations(tmp_path / "good", eps, storage=storage)
+    assert len(read_demonstrations(bag)) == 2
+    flipped = tmp_path / "flipped"
+    shutil.copytree(bag, flipped)
+    storage_file = next(p for p in flipped.iterdir() if p.suffix in (".mcap", ".db3"))
+    data = bytearray(storage_file.read_bytes())
+    at = data.index(np.float32(1234.5678).tobytes())
+    data[at] ^= 0x01
+    storage_file.write_bytes(bytes(data))
+    with pytest.raises(BagError, match="message 1: its bytes differ from those the bag was written with"):
+        read_demonstrations(flipped)
+    twice = tmp_path / "twice"
+    shutil.copytree(bag, twice)
+    meta = yaml.safe_load((twice / "metadata.yaml").read_text())
+    info = meta["rosbag2_bagfile_information"]
+    info["relative_file_paths"] *= 2
+    info["files"] *= 2
+    (twice / "metadata.yaml").write_text(yaml.safe_dump(meta))
+    with pytest.raises(BagError, match="message 2: its bytes differ|4 episodes on /opolo/demonstrations"):
+        read_demonstrations(twice)
+
+
+def test_folder_of_bags_in_number_order_and_nothing_skipped(tmp_path: Path) -> None:
+    """run_2 before run_10; a sub-folder that lost its metadata.yaml (an interrupted recording) or a
+    storage file beside the bags is an error naming it, not silently left out."""
+    for k in (10, 2):
+        write_demonstrations(tmp_path / "all" / f"run_{k}", _episodes(lengths=(k,), seed=k))
+    assert [len(ep.obs) for ep in read_demonstrations(tmp_path / "all")] == [2, 10]
+    broken = write_demonstrations(tmp_path / "all" / "run_3", _episodes(lengths=(3,)))
+    (broken / "metadata.yaml").unlink()
+    with pytest.raises(BagError, match=r"no metadata.yaml \['run_3'\].*reindex"):
+        read_demonstrations(tmp_path / "all")
+    storage = next(broken.iterdir())
+    storage.rename(tmp_path / "all" / storage.name)
+    broken.rmdir()
+    with pytest.raises(BagError, match=f"storage files beside the bags \\['{storage.name}'\\]"):
+        read_demonstrations(tmp_path / "all")
+
+
 # ------------------------------------------------------------------------------ plain streams
 
 def test_float32_stream_split_by_gap_and_reset_marker(tmp_path: Path) -> None:
@@ -201,6 +248,8 @@ def test_joint_state_selection_in_policy_order(tmp_path: Path) -> None:
     assert np.array_equal(ep.obs, want)
     (ep,) = read_demonstrations(bag, joints=["elbow"], fields=("velocity", "position"))
     assert np.array_equal(ep.obs, np.stack([vel[:, 2], pos[:, 2]], axis=1).astype(np.float32))
+    (one,) = read_demonstrations(bag, joints="elbow", fields="velocity")  # a name, not its letters
+    assert np.array_equal(one.obs, vel[:, 2:3].astype(np.float32))
     # default joints: the first message's order
     (ep,) = read_demonstrations(bag, fields=("position",))
     assert np.array_equal(ep.obs, pos.astype(np.float32))
@@ -378,14 +427,70 @@ def test_float64_demonstration_layout_and_float32_range(tmp_path: Path) -> None:
     bag = _write_stream(tmp_path / "stream64_big", {"/obs": (F64, stream)})
     with pytest.raises(ValueError, match="message 2: an observation value exceeds the float32 range"):
         read_demonstrations(bag)
+    msgs[1][1].data[3] = 0.0
+    msgs[1][1].data[0] = 1e300  # the return, which the topic and our bags carry as float32
+    bag = _write_stream(tmp_path / "demo64_return", {"/demos": (F64, msgs)})
+    with pytest.raises(ValueError, match="message 1: episode return 1e\\+300 exceeds the float32 range"):
+        read_demonstrations(bag)
 
 def test_error_episode_shorter_than_two_states(tmp_path: Path) -> None:
     msgs = _stream(np.zeros((3, 2))) + _stream(np.ones((1, 2)), t0=5 * SEC)  # lone state after a gap
     bag = _write_stream(tmp_path / "short", {"/obs": (F32, msgs)})
-    with pytest.raises(ValueError, match="message 3 has 1 observation; an episode needs at least 2"):
+    with pytest.raises(ValueError, match=r"message 3 has 1 observation; an episode needs at least 2 "
+                                         r"\(T\+1 >= 2\) \(it began after a gap of 3.98 s, more than the "
+                                         r"episode gap 0.5 s.*demos_episode_gap_s"):
         read_demonstrations(bag)
     with pytest.raises(BagError):
         read_demonstrations(bag, episode_gap_s=-1)
+    assert len(read_demonstrations(bag, episode_gap_s=1e300)) == 1  # no gap rule (not an OverflowError)
+
+
+def test_error_time_stamps_that_do_not_increase(tmp_path: Path) -> None:
+    """Two episodes on a simulated clock that restarts at 0 come back interleaved by time: the equal
+    stamps give it away. So do a stream's messages going back in time."""
+    first, second = _stream(np.zeros((3, 2)), t0=0), _stream(np.ones((3, 2)), t0=0)
+    bag = _write_stream(tmp_path / "restart", {"/obs": (F32, first + second)})
+    with pytest.raises(BagError, match=r"message 1: its time stamp is not after the previous message's "
+                                       r"\(0 <= 0 ns\).*a clock that restarted"):
+        read_demonstrations(bag)
+
+
+def test_stream_or_episodes_decided_by_the_first_message_with_data(tmp_path: Path) -> None:
+    """A reset marker first does not turn a topic of episodes into a stream (which would flatten
+    each episode into one observation); the two kinds mixed, or a near-miss layout, are errors."""
+    from opolo_ros.data.bags import demonstration_layout
+
+    dim_cls = TS.types["std_msgs/msg/MultiArrayDimension"]
+    layout_cls = TS.types["std_msgs/msg/MultiArrayLayout"]
+
+    def demo(k: int, labels: tuple[str, ...] = ()):
+        dims, offset, data = demonstration_layout(np.full((3, 2), k, np.float32), 1.0, k)
+        dims = [*dims, *((lab, 0, 0) for lab in labels)]
+        dim = [dim_cls(label=lab, size=n, stride=st) for lab, n, st in dims]
+        return TS.types[F32](layout=layout_cls(dim=dim, data_offset=offset), data=data)
+
+    marker = (SEC, _multiarray(F32, [], labels=()))
+    episodes = [(2 * SEC + k * SEC, demo(k)) for k in range(3)]
+    got = read_demonstrations(_write_stream(tmp_path / "first", {"/demos": (F32, [marker, *episodes])}))
+    assert [ep.obs.shape for ep in got] == [(3, 2)] * 3
+    mixed = [(SEC, _multiarray(F32, [1.0, 2.0])), (SEC + 1, _multiarray(F32, [1.0, 3.0])), episodes[0]]
+    with pytest.raises(BagError, match="message 2: a message in the demonstration layout in an observation"):
+        read_demonstrations(_write_stream(tmp_path / "mixed", {"/demos": (F32, mixed)}))
+    with pytest.raises(BagError, match=r"message 0: dims labelled \['steps', 'obs', 'episode', 'extra'\]"):
+        read_demonstrations(_write_stream(tmp_path / "extra", {"/d": (F32, [(SEC, demo(0, ("extra",)))])}))
+
+
+def test_error_messages_that_only_look_like_reset_markers(tmp_path: Path) -> None:
+    """A JointState with values but no names, a multi-array whose data_offset is past its data: bad
+    input, not episode boundaries."""
+    nameless = [(SEC, _joint_state(["a"], [0.0], [0.0])), (SEC + 1, _joint_state([], [1.0], [2.0]))]
+    with pytest.raises(BagError, match="message 1: JointState with values but no joint names"):
+        read_demonstrations(_write_stream(tmp_path / "nameless", {"/joint_states": (JS, nameless)}))
+    past = _multiarray(F32, [1.0, 2.0])
+    past.layout.data_offset = 3
+    msgs = [*_stream(np.zeros((2, 2))), (2 * SEC, past)]
+    with pytest.raises(BagError, match="message 2: data_offset 3 is past the 2 values of the message"):
+        read_demonstrations(_write_stream(tmp_path / "past", {"/obs": (F32, msgs)}))
 
 
 # -------------------------------------------------------------------------------------- record

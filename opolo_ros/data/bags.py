@@ -13,17 +13,24 @@ Writing (:func:`write_demonstrations`)
     way a learner that starts late expects. Timestamps start at the wall-clock time of writing and
     increase by 1 ms per episode. Bag-level facts go into the bag's own ``custom_data`` (rosbag2
     metadata.yaml, shown by ``ros2 bag info``): ``env_id``, ``obs_dim``, ``count``, ``returns``
-    (JSON list, null for unknown), ``source``, ``format`` and any caller metadata (non-strings as JSON).
+    (JSON list, null for unknown), ``source``, ``format``, ``sha256`` (JSON list: the digest of
+    each episode message's serialized bytes, checked when the bag is read: MCAP chunks as rosbags
+    writes them carry no CRC, so a flipped bit would otherwise go unnoticed) and any caller
+    metadata (non-strings as JSON).
     The returns are also inside every message, so a replayed topic carries them.
 
 Reading (:func:`read_demonstrations`)
     Any rosbag2 bag: a bag folder (with ``metadata.yaml``), a bare ``.mcap``/``.db3`` storage file,
-    or a folder whose sub-folders are bags (read one after the other in name order; episodes never
-    span two bags). The topic is chosen as: the given `topic`; else ``/opolo/demonstrations`` if
-    present; else the only ``Float32MultiArray``/``Float64MultiArray``/``JointState`` topic.
+    or a folder whose sub-folders are bags (read one after the other in name order, numbers by
+    value: ``run_2`` before ``run_10``; episodes never span two bags; a sub-folder with storage
+    files but no ``metadata.yaml``, or a storage file beside the bags, is an error, not skipped).
+    The topic is chosen as: the given `topic`; else ``/opolo/demonstrations`` if present; else the
+    only ``Float32MultiArray``/``Float64MultiArray``/``JointState`` topic.
 
     - Demonstration layout (dim labels ``steps, obs, episode``; ``Float32MultiArray`` as written,
-      or ``Float64MultiArray``): one episode per message.
+      or ``Float64MultiArray``): one episode per message. The first message that holds data
+      decides whether a topic holds episodes or a stream; the other kind on the same topic, or
+      dims that begin ``steps, obs`` but are not exactly the layout's, are errors.
     - Observation streams, one observation per message: ``Float32MultiArray`` /
       ``Float64MultiArray`` (observation = ``data[data_offset:]``), ``sensor_msgs/JointState``
       (``fields`` of ``joints`` in the given order: all positions, then all velocities, ...; the
@@ -32,11 +39,14 @@ Reading (:func:`read_demonstrations`)
       type with `obs_field` (dotted attribute paths whose numeric values are concatenated, e.g.
       ``("pose.pose", "twist.twist")`` for ``nav_msgs/Odometry``).
 
-      **Episode split rule.** A stream is cut into episodes (a) where the bag timestamps of two
-      consecutive observations are more than `episode_gap_s` apart (default 0.5 s; None disables),
+      **Episode split rule.** A stream's bag timestamps must increase from message to message
+      (equal or earlier ones are an error: a clock that restarted, two publishers, storage files
+      out of order). It is cut into episodes (a) where the bag timestamps of two consecutive
+      observations are more than `episode_gap_s` apart (default 0.5 s; None or inf disables),
       (b) at a *reset marker*, and (c) at the end of each bag. A reset marker is a message that
-      carries no observation: a multi-array with no data (after ``data_offset``) or with a layout
-      dim labelled ``"reset"``; a JointState with no joint names or with ``header.frame_id ==
+      carries no observation: a multi-array with no data (after ``data_offset``; an offset past
+      the data is an error) or with a layout dim labelled ``"reset"``; a JointState with no joint
+      names and no values (values without names are an error) or with ``header.frame_id ==
       "reset"``; with `obs_field`, an empty selected value. Markers are not observations. Pass
       ``reset_marker=None`` to disable the label/frame_id rule (empty messages always separate:
       they cannot be observations). A publisher ends an episode with e.g.
@@ -49,8 +59,10 @@ missing path, naming the bag, topic and message where it applies.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
+import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -76,6 +88,7 @@ F32_MAX = float(np.finfo(np.float32).max)
 JOINT_FIELDS = ("position", "velocity", "effort")
 STORAGES = ("mcap", "sqlite3")
 FORMAT = "opolo_ros demonstration/1"
+DIGEST_KEY = "sha256"  # custom_data: JSON list, SHA-256 of each episode message's serialized bytes
 DEMONSTRATIONS_DEPTH = 100  # the contract's keep-last depth for /opolo/demonstrations
 STORAGE_SUFFIXES = (".mcap", ".db3")
 _STEP_NS = 1_000_000  # 1 ms between episode messages
@@ -142,6 +155,8 @@ def _parse_demonstration(dims: list[tuple[str, int, int]], offset: int, data: np
         raise BagError(f"{where}: data has {data.size} elements, the layout says {1 + steps * obs_dim}")
     if np.isinf(data[0]):
         raise BagError(f"{where}: episode return is inf (NaN means unknown, inf is invalid)")
+    if abs(data[0]) > F32_MAX:  # a Float64MultiArray bag: the topic and the bags we write are float32
+        raise BagError(f"{where}: episode return {data[0]:g} exceeds the float32 range")
     obs = data[1:]
     if not np.isfinite(obs).all():
         bad = int(np.flatnonzero(~np.isfinite(obs))[0])
@@ -217,6 +232,10 @@ def write_demonstrations(path: str | Path, episodes: Sequence[Episode], *, topic
     cls = store.types[F32_ARRAY]
     layout_cls = store.types["std_msgs/msg/MultiArrayLayout"]
     dim_cls = store.types["std_msgs/msg/MultiArrayDimension"]
+    raws = [store.serialize_cdr(cls(layout=layout_cls(dim=[dim_cls(label=lab, size=s, stride=st)
+                                                            for lab, s, st in dims], data_offset=offset),
+                                    data=data), F32_ARRAY) for dims, offset, data in payloads]
+    custom[DIGEST_KEY] = json.dumps([hashlib.sha256(raw).hexdigest() for raw in raws])
     plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
     writer = Writer(path, version=Writer.VERSION_LATEST, storage_plugin=plugin)
     for key, value in custom.items():
@@ -228,10 +247,8 @@ def write_demonstrations(path: str | Path, episodes: Sequence[Episode], *, topic
     try:
         conn = writer.add_connection(topic, F32_ARRAY, typestore=store, offered_qos_profiles=_demo_qos())
         start = time.time_ns()
-        for k, (dims, offset, data) in enumerate(payloads):
-            msg = cls(layout=layout_cls(dim=[dim_cls(label=lab, size=s, stride=st) for lab, s, st in dims],
-                                        data_offset=offset), data=data)
-            writer.write(conn, start + k * _STEP_NS, store.serialize_cdr(msg, F32_ARRAY))
+        for k, raw in enumerate(raws):
+            writer.write(conn, start + k * _STEP_NS, raw)
         writer.close()
     except BaseException:
         try:
@@ -244,6 +261,12 @@ def write_demonstrations(path: str | Path, episodes: Sequence[Episode], *, topic
 
 # ---------------------------------------------------------------------------------------- reading
 
+def _natural_key(path: Path) -> list[Any]:
+    """run_2 before run_10: digits compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+            for part in re.split(r"(\d+)", path.name)]
+
+
 def _bag_paths(path: Path) -> list[Path]:
     """The bags under `path`: itself (bag folder or storage file) or its sub-folder bags, in order."""
     if not path.exists():
@@ -255,10 +278,20 @@ def _bag_paths(path: Path) -> list[Path]:
                        f"a folder of bags, or a {'/'.join(STORAGE_SUFFIXES)} file)")
     if (path / "metadata.yaml").is_file():
         return [path]
-    bags = sorted(p for p in path.iterdir() if p.is_dir() and (p / "metadata.yaml").is_file())
-    if bags:
-        return bags
+    bags = sorted((p for p in path.iterdir() if p.is_dir() and (p / "metadata.yaml").is_file()),
+                  key=_natural_key)
     stray = sorted(p.name for p in path.iterdir() if p.suffix in STORAGE_SUFFIXES)
+    if bags:  # a folder of bags: anything there that looks like one but is not is an error, not skipped
+        broken = sorted(p.name for p in path.iterdir() if p.is_dir() and p not in bags
+                        and any(q.suffix in STORAGE_SUFFIXES for q in p.iterdir()))
+        if broken or stray:
+            what = "; ".join(part for part in (
+                broken and f"sub-folders with storage files but no metadata.yaml {broken} (an "
+                           "interrupted recording? `ros2 bag reindex` writes one)",
+                stray and f"storage files beside the bags {stray}") if part)
+            raise BagError(f"{path}: a folder of {len(bags)} bags, but not everything in it can be read: "
+                           f"{what}; move them out or pass the bags one by one")
+        return bags
     if stray:
         raise BagError(f"{path} is not a readable rosbag2 bag: metadata.yaml is missing "
                        f"(storage files {stray}); pass the storage file itself to read it")
@@ -350,7 +383,11 @@ def _observation(msg: Any, src: _Source, where: str, state: dict) -> np.ndarray 
         return obs if obs.size else None
     if src.msgtype == JOINT_STATE:
         names = list(msg.name)
-        if not names or (src.reset_marker is not None and msg.header.frame_id == src.reset_marker):
+        if src.reset_marker is not None and msg.header.frame_id == src.reset_marker:
+            return None
+        if not names:  # a marker only when it holds nothing at all
+            if any(len(getattr(msg, f)) for f in JOINT_FIELDS):
+                raise BagError(f"{where}: JointState with values but no joint names")
             return None
         index = {n: i for i, n in enumerate(names)}
         if len(index) != len(names):
@@ -370,7 +407,10 @@ def _observation(msg: Any, src: _Source, where: str, state: dict) -> np.ndarray 
         return np.concatenate(parts)
     # Float32MultiArray / Float64MultiArray stream
     labels = [d.label for d in msg.layout.dim]
-    data = np.asarray(msg.data)[int(msg.layout.data_offset):]
+    data, offset = np.asarray(msg.data), int(msg.layout.data_offset)
+    if offset > data.size:
+        raise BagError(f"{where}: data_offset {offset} is past the {data.size} values of the message")
+    data = data[offset:]
     if data.size == 0 or (src.reset_marker is not None and src.reset_marker in labels):
         return None
     return data.astype(np.float64)
@@ -426,8 +466,13 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
         base_meta = {"bag": str(bag), "topic": topic}
         if custom.get("env_id"):
             base_meta["env_id"] = custom["env_id"]
-        return _episodes(reader, conns, store, src, bag, topic, gap_ns, expected_obs_dim, state,
-                         base_meta)
+        digests = _digests(custom, bag) if topic == DEMO_TOPIC else None
+        episodes = _episodes(reader, conns, store, src, bag, topic, gap_ns, expected_obs_dim, state,
+                             base_meta, digests)
+        if digests is not None and len(episodes) != len(digests):
+            raise BagError(f"{bag}: {len(episodes)} episodes on {topic}, but the bag was written with "
+                           f"{len(digests)} (a storage file lost or listed twice in metadata.yaml?)")
+        return episodes
     except (BagError, FileNotFoundError):
         raise
     except Exception as err:
@@ -437,22 +482,42 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
         reader.close()
 
 
+def _digests(custom: Mapping[str, str], bag: Path) -> list[str] | None:
+    """The per-episode SHA-256 digests a bag was written with (None for a bag without them)."""
+    if DIGEST_KEY not in custom:
+        return None
+    try:
+        digests = json.loads(custom[DIGEST_KEY])
+    except ValueError:
+        digests = None
+    if not isinstance(digests, list) or not all(isinstance(d, str) for d in digests):
+        raise BagError(f"{bag}: metadata.yaml custom_data {DIGEST_KEY} is not a list of digests")
+    return digests
+
+
 def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, topic: str,
               gap_ns: int | None, expected_obs_dim: int | None, state: dict,
-              base_meta: dict) -> list[Episode]:
+              base_meta: dict, digests: list[str] | None = None) -> list[Episode]:
+    """The bag's episodes on `topic`; with `digests`, each episode message's bytes are checked
+    against the digest written with the bag (MCAP chunks as rosbags writes them carry no CRC)."""
     episodes: list[Episode] = []
     current: list[np.ndarray] = []
     start_index = 0
     demo_mode: bool | None = None
     last_t: int | None = None
+    gap_before: int | None = None  # ns between the episode's first message and the one before it
 
     def close_episode(index: int) -> None:
         nonlocal current
         if not current:
             return
         if len(current) < 2:
+            hint = "" if gap_before is None else (
+                f" (it began after a gap of {gap_before / 1e9:g} s, more than the episode gap "
+                f"{gap_ns / 1e9:g} s: a stream published slower than that needs a larger "
+                "demos_episode_gap_s)")
             raise BagError(f"{bag}: {topic}: the episode at message {start_index} has 1 observation; "
-                           "an episode needs at least 2 (T+1 >= 2)")
+                           f"an episode needs at least 2 (T+1 >= 2){hint}")
         obs32 = np.asarray(current, dtype=np.float32)  # in range: _check_obs
         meta = dict(base_meta, start_message=start_index, messages=index - start_index)
         episodes.append(Episode(obs32, float("nan"), meta))
@@ -465,12 +530,24 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
         if src.msgtype in (F32_ARRAY, F64_ARRAY) and src.obs_field is None:
             dims = [(d.label, int(d.size), int(d.stride)) for d in msg.layout.dim]
             is_demo = is_demonstration_layout(dims)
-            if demo_mode is None:
-                demo_mode = is_demo
+            labels = [d[0] for d in dims]
+            if not is_demo and labels[:2] == [STEPS_LABEL, OBS_LABEL]:
+                raise BagError(f"{where}: dims labelled {labels}: the demonstration layout is exactly "
+                               f"{[STEPS_LABEL, OBS_LABEL, EPISODE_LABEL]}")
+            if demo_mode is None and (is_demo or len(msg.data) > msg.layout.data_offset):
+                demo_mode = is_demo  # decided by the first message that holds data (not a marker)
+            if demo_mode is False and is_demo:
+                raise BagError(f"{where}: a message in the demonstration layout in an observation "
+                               "stream (one topic holds one or the other)")
             if demo_mode:
                 if not is_demo:
                     raise BagError(f"{where}: not in the demonstration layout (dims labelled "
-                                   f"{[d[0] for d in dims]}) on a demonstration topic")
+                                   f"{labels}) on a demonstration topic")
+                k = len(episodes)
+                if digests is not None and (k >= len(digests)
+                                            or hashlib.sha256(raw).hexdigest() != digests[k]):
+                    raise BagError(f"{where}: its bytes differ from those the bag was written with "
+                                   f"(episode {k}; corrupt storage, or a message added)")
                 obs, ret, episode = _parse_demonstration(
                     dims, int(msg.layout.data_offset), np.asarray(msg.data), where)
                 _check_obs(obs[0], state, expected_obs_dim, where)
@@ -479,12 +556,16 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
         obs = _observation(msg, src, where, state)
         if obs is None:  # reset marker
             close_episode(index)
-            start_index, last_t = index + 1, None
+            start_index, last_t, gap_before = index + 1, None, None
             continue
         _check_obs(obs, state, expected_obs_dim, where)
+        if last_t is not None and t <= last_t:  # storage returns a file's messages in time order
+            raise BagError(f"{where}: its time stamp is not after the previous message's ({t} <= {last_t} "
+                           "ns): not one stream in time order (a clock that restarted, several "
+                           "publishers on the topic, or the bag's storage files out of order)")
         if last_t is not None and gap_ns is not None and t - last_t > gap_ns:
             close_episode(index)
-            start_index = index
+            start_index, gap_before = index, t - last_t
         current.append(obs)
         last_t = t
     close_episode(index + 1)
@@ -510,15 +591,15 @@ def read_demonstrations(path: str | Path, *, topic: str | None = None,
     obs_field_t = tuple(obs_field) if obs_field is not None else None
     if obs_field_t is not None and (not obs_field_t or not all(obs_field_t)):
         raise BagError(f"obs_field must name at least one field, got {obs_field!r}")
-    fields_t = tuple(fields)
+    fields_t = (fields,) if isinstance(fields, str) else tuple(fields)  # one name, not its letters
     if not fields_t or len(set(fields_t)) != len(fields_t) or not set(fields_t) <= set(JOINT_FIELDS):
         raise BagError(f"fields must be unique names from {JOINT_FIELDS}, got {fields_t}")
-    joints_t = tuple(joints) if joints is not None else None
+    joints_t = None if joints is None else (joints,) if isinstance(joints, str) else tuple(joints)
     if joints_t is not None and (not joints_t or len(set(joints_t)) != len(joints_t)):
         raise BagError(f"joints must be non-empty and unique, got {joints_t}")
     if episode_gap_s is not None and not episode_gap_s > 0:
         raise BagError(f"episode_gap_s must be positive or None, got {episode_gap_s}")
-    gap_ns = None if episode_gap_s is None or math.isinf(episode_gap_s) else int(episode_gap_s * 1e9)
+    gap_ns = None if episode_gap_s is None or episode_gap_s * 1e9 >= 2**63 else round(episode_gap_s * 1e9)
     src_args = {"obs_field": obs_field_t, "joints": joints_t, "fields": fields_t,
                 "reset_marker": reset_marker}
 
