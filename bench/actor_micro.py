@@ -11,9 +11,14 @@ each round's p50 and p99, in microseconds. Steps, the baseline's way against the
   (``BoundPolicy``);
 - output: a new ``Float64MultiArray`` from ``.tolist()`` / the preallocated message refilled;
 - clamp: ``np.clip`` to a new array / in place into the message;
+- read (session 15): serialized bytes to decoded values, rclpy's deserializer (a typed
+  subscription) / the bounded reader of ``opolo_ros/ros/cdr.py`` (the nodes' raw subscriptions),
+  for an observation, an action and a replay batch of 100 HalfCheetah transitions;
 - the whole observation callback of ``bench/baseline_actor.py`` and of the actor (deploy mode,
   publishing into the void; each call also builds the tagged observation message, about 11 us,
-  the same for both);
+  the same for both); and the actor's from the serialized bytes, as a subscription hands them
+  over, read by rclpy's deserializer (a typed subscription, before session 15) or by the bounded
+  reader (a raw one, now);
 - garbage collection: a full ``gc.collect()`` in a process holding an actor, before and after
   ``gc.freeze()`` (what a collection that happens to run in the control path costs).
 
@@ -81,6 +86,31 @@ def step_variants(obs: np.ndarray) -> dict[str, Callable[[], object]]:
     }
 
 
+def read_variants(obs: np.ndarray) -> dict[str, Callable[[], object]]:
+    """Serialized bytes -> decoded values: rclpy's deserializer (what a typed subscription runs)
+    against the bounded pure-Python reader the nodes use (a raw subscription), for the observation
+    (actor), the action (sim bridge) and a replay batch of 100 HalfCheetah transitions (learner)."""
+    from rclpy.serialization import deserialize_message, serialize_message
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    rng = np.random.default_rng(0)
+    n, o, a = 100, 17, 6
+    replay = m.replay_to_msg(rng.normal(size=(n, o)), rng.uniform(-1, 1, (n, a)), rng.normal(size=(n, o)),
+                             rng.normal(size=n), np.zeros(n), np.zeros(n), seq=1, source=2)
+    cases = {"observation": (m.observation_to_msg(obs), Float32MultiArray,
+                             lambda x: m.msg_to_observation(x, obs.size)),
+             "action": (m.action_to_msg([0.5]), Float64MultiArray, lambda x: m.msg_to_action(x, 1)),
+             "replay batch": (replay, Float32MultiArray, m.msg_to_replay)}
+    out: dict[str, Callable[[], object]] = {}
+    for what, (msg, cls, decode) in cases.items():
+        raw = serialize_message(msg)
+        out[f"read {what}: rclpy deserializer + decode"] = \
+            lambda raw=raw, cls=cls, decode=decode: decode(deserialize_message(raw, cls))
+        out[f"read {what}: bounded reader + decode"] = \
+            lambda raw=raw, cls=cls, decode=decode, what=what: decode(m.deserialize(raw, cls, what))
+    return out
+
+
 def callback_variants(obs: np.ndarray, context: object) -> tuple[dict[str, Callable[[], object]], list]:
     import rclpy
     from baseline_actor import BaselineActor
@@ -100,8 +130,17 @@ def callback_variants(obs: np.ndarray, context: object) -> tuple[dict[str, Calla
         latency.tag_sequence(msg, 7)
         return msg
 
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    from opolo_ros.ros.subscribe import read_then
+
+    raw = serialize_message(tagged())  # what a subscription gets from DDS
+    from_bytes = read_then(m.Float32MultiArray, "observation", actor._on_observation, actor._reject)
     return ({"callback: baseline": lambda: baseline.on_observation(tagged()),
-             "callback: actor": lambda: actor._on_observation(tagged())},
+             "callback: actor": lambda: actor._on_observation(tagged()),
+             "callback from bytes: actor, rclpy deserializer":
+                 lambda: actor._on_observation(deserialize_message(raw, m.Float32MultiArray)),
+             "callback from bytes: actor, bounded reader": lambda: from_bytes(raw)},
             [actor, baseline])
 
 
@@ -133,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     obs = np.array([0.01, -0.02, 0.03, 0.1], np.float32)
     context = runtime.init_context(runtime.isolated_domain_id(), args=[])
-    variants = {**step_variants(obs), **inference_variants(obs)}
+    variants = {**step_variants(obs), **read_variants(obs), **inference_variants(obs)}
     callbacks, nodes = callback_variants(obs, context)
     variants.update(callbacks)
     gc.disable()  # the same for every variant; GC pauses are measured in the node (bench/latency.py)
@@ -148,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     collection["after_freeze_us"] = full_collection_us()
     table = {name: {"p50_us": float(np.median([r[0] for r in rows])),
                     "p99_us": float(np.median([r[1] for r in rows]))} for name, rows in per_round.items()}
-    print(f"{'step':42s} {'p50 us':>8s} {'p99 us':>8s}")
+    print(f"{'step':52s} {'p50 us':>8s} {'p99 us':>8s}")
     for name, row in table.items():
-        print(f"{name:42s} {row['p50_us']:8.1f} {row['p99_us']:8.1f}")
+        print(f"{name:52s} {row['p50_us']:8.1f} {row['p99_us']:8.1f}")
     print(f"full gc.collect(): {collection['without_freeze_us']:.0f} us, "
           f"after gc.freeze(): {collection['after_freeze_us']:.0f} us")
     latency.write_json(args.out, {"command": " ".join(["bench/actor_micro.py", *(argv or sys.argv[1:])]),

@@ -8,7 +8,8 @@ would wait; the same with a 1-byte model gives ``spin_once``'s own cost. Variant
 message by message:
 
 - ``typed``: rclpy deserializes into a ``UInt8MultiArray`` and the callback runs
-  ``messages.msg_to_policy`` (``decode_policy_in_loader: false``);
+  ``messages.msg_to_policy`` (``decode_policy_in_loader: false`` before session 15; since then
+  that setting reads the serialized bytes in the callback, with the pure-Python reader);
 - ``serialized``: the subscription is ``raw=True``, the callback queues the bytes for the loader
   thread (``decode_policy_in_loader: true``); ``messages.serialized_to_policy`` later, off this
   thread, is timed too, and beside it (first by turns) rclpy's ``deserialize_message`` +

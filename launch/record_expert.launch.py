@@ -79,7 +79,7 @@ def describe(args: dict) -> list:
         NodeSpec("demo_recorder", "demo_recorder", namespace=ns, exit_ends_launch=True, parameters={
             **node_parameters(params_file, "demo_recorder", ns), "output": output,
             "episodes": episodes, "storage": args["storage"], "env_id": env,
-            "expert": model.rsplit("/", 1)[-1], "drop_time_feature": time_feature,
+            "expert": model.rsplit("/", 1)[-1], "seed": seed, "drop_time_feature": time_feature,
             **({"skip_terminated": arg_value(args, "skip_terminated", bool)}
                if args["skip_terminated"] else {})}),
     ]

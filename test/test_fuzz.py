@@ -28,6 +28,7 @@ from std_msgs.msg import (  # noqa: E402
 
 from opolo_ros.launch_runner import GraphRunner, NodeSpec  # noqa: E402
 from opolo_ros.ros import messages as m  # noqa: E402
+from opolo_ros.ros.runtime import spin_until  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,14 +127,14 @@ def test_decoders_raise_only_message_error(msg) -> None:
 
 
 @st.composite
-def serialized_policies(draw) -> bytes:
-    """Bytes as a raw policy subscription hands them over: any, or a serialized message cut short,
-    grown or with bytes changed."""
+def serialized(draw) -> bytes:
+    """Bytes as a raw subscription hands them over: any, or a serialized message (any of the fuzzed
+    ones, or a valid policy) cut short, grown or with bytes changed."""
     from rclpy.serialization import serialize_message
 
     if draw(st.booleans()):
         return draw(st.binary(max_size=200))
-    raw = bytearray(serialize_message(draw(random_arrays()) if draw(st.booleans()) else
+    raw = bytearray(serialize_message(draw(MESSAGES) if draw(st.booleans()) else
                                       m.policy_to_msg(draw(st.binary(min_size=1, max_size=40)), 3)))
     change = draw(st.sampled_from(["none", "cut", "grow", "flip"]))
     if change == "cut":
@@ -146,7 +147,7 @@ def serialized_policies(draw) -> bytes:
 
 
 @FUZZ
-@given(data=serialized_policies())
+@given(data=serialized())
 def test_serialized_policy_decoder_raises_only_message_error(data: bytes) -> None:
     try:
         policy = m.serialized_to_policy(data)
@@ -158,23 +159,36 @@ def test_serialized_policy_decoder_raises_only_message_error(data: bytes) -> Non
 # ------------------------------------------------------------------------------------ callbacks
 
 @pytest.fixture(scope="module")
-def nodes(ros_domain_id, tmp_path_factory) -> Iterator[dict]:
-    """The nodes whose callbacks decode messages, constructed in one context and not spun: the
-    test calls the callbacks itself. The learner waits for 100 demonstrations, so it never trains;
-    the recorder wants 1000 episodes, so it never writes."""
+def graph(ros_domain_id, tmp_path_factory) -> Iterator[GraphRunner]:
+    """The nodes whose callbacks decode messages, in one context; the tests call the callbacks
+    themselves or spin the graph. Nothing here trains or records: the learner waits for 100
+    demonstrations, the recorder wants 1000 episodes and publishes none, the bridge's topics are
+    its own (it drives no actor, and with flow control it waits for a learner that never reports),
+    so every message a node takes comes from the test. A second actor reads joint states and
+    policies."""
     tmp = tmp_path_factory.mktemp("fuzz")
+    model = str(ROOT / "models" / "experts" / f"{ENV}.onnx")
     specs = [
         NodeSpec("learner", "learner", parameters={"env_id": ENV, "num_demos": 100, "demo_settle_s": 1e6,
                                                    "run_dir": str(tmp / "run"), "progress": False}),
-        NodeSpec("sim_bridge", "sim_bridge", parameters={"env_id": ENV, "publish_replay": False,
-                                                         "joint_states_topic": ""}),
+        NodeSpec("sim_bridge", "sim_bridge", parameters={
+            "env_id": ENV, "joint_states_topic": "", "observation_topic": "fuzz/observation",
+            "action_topic": "fuzz/action", "replay_topic": "fuzz/replay", "policy_every": 1000}),
         NodeSpec("demo_recorder", "demo_recorder", parameters={"output": str(tmp / "bag"),
-                                                               "episodes": 1000}),
-        NodeSpec("actor", "actor", parameters={"mode": "deploy", "subscribe_policy": False,
-                                               "model": str(ROOT / "models" / "experts" / f"{ENV}.onnx")}),
+                                                               "episodes": 1000,
+                                                               "demonstrations_topic": ""}),
+        NodeSpec("actor", "actor", parameters={"mode": "deploy", "subscribe_policy": False, "model": model}),
+        NodeSpec("actor", "actor_js", parameters={
+            "mode": "deploy", "model": model, "joints": ["slider", "hinge"],
+            "observation_topic": "fuzz/joint_states", "action_topic": "fuzz/js_action"}),
     ]
     with GraphRunner(specs, ros_domain_id) as graph:
-        yield graph.nodes
+        yield graph
+
+
+@pytest.fixture(scope="module")
+def nodes(graph) -> dict:
+    return graph.nodes
 
 
 def callbacks(nodes: dict) -> list:
@@ -258,3 +272,82 @@ def test_demonstrations_after_the_start_are_not_kept(nodes, capfd, monkeypatch) 
         learner._on_demo(m.demonstration_to_msg(np.zeros((3, 4)), 1.0, episode))
     assert len(learner.demos) == held
     assert "demonstration episode 1000 arrived after training started: not used" in capfd.readouterr().err
+
+
+# Bytes that are no message of their topic's type, as another participant may publish them. rclpy's
+# native deserializer reads the first two past their end (their options claim padding) and was seen
+# to segfault on such input; the nodes read every message with the bounded reader (cdr.py).
+GARBAGE = [b"\x00\x00\xe6\x61", b"\x00\x01\x00\x03", b"\x00\x01\x00\x00" + b"\xff" * 12,
+           b"\x00\x01\x00\x00\x02\x00\x00\x00\x00\x00\x00\x40"]
+
+
+def test_garbage_bytes_over_dds_are_rejected_by_every_subscription(graph, ros_node) -> None:
+    """Published serialized on each topic a node takes, over real DDS: every message is read by the
+    bounded reader and rejected (counted: exactly, on the reliable topics), and the nodes go on."""
+    from std_msgs.msg import Int64
+
+    from opolo_ros.nodes.sim_bridge import POLICY_VERSION_QOS
+    from opolo_ros.ros.qos import qos_for
+
+    n = graph.nodes
+    learner, actor, actor_js, bridge, recorder = (n[k] for k in ("learner", "actor", "actor_js",
+                                                                 "sim_bridge", "demo_recorder"))
+    vandal, executor = ros_node("vandal")
+    topics = {"/opolo/demonstrations": (Float32MultiArray, qos_for("demonstrations")),
+              "/opolo/replay": (Float32MultiArray, qos_for("replay")),
+              "observation": (Float32MultiArray, qos_for("observation")),
+              "fuzz/joint_states": (JointState, qos_for("joint_states")),
+              "/opolo/policy": (UInt8MultiArray, qos_for("policy")),
+              "fuzz/action": (Float64MultiArray, qos_for("action")),
+              "/opolo/learner_progress": (Int64MultiArray, qos_for("learner_progress")),
+              "policy_version": (Int64, POLICY_VERSION_QOS)}
+    pubs = {t: vandal.create_publisher(cls, t, qos) for t, (cls, qos) in topics.items()}
+    both = [graph.executor, executor]
+    assert spin_until(both, lambda: all(p.get_subscription_count() >= 1 for p in pubs.values()), 10.0)
+    before = {"demos": learner.rejected["demonstration"], "replay": learner.rejected["replay"],
+              "recorder": recorder.rejected, "obs": actor.rejected_observations,
+              "joints": actor_js.rejected_observations, "policy": actor_js.rejected, **bridge.rejected}
+    queued = learner._replay_queue.qsize()
+    for raw in GARBAGE:
+        for topic, pub in pubs.items():
+            if topic != "policy_version" or len(raw) <= 12:  # Fast DDS sends no more for an Int64
+                pub.publish(raw)
+        spin_until(both, lambda: False, 0.05)  # the best-effort topics keep only the newest
+    k = len(GARBAGE)
+    assert spin_until(both, lambda: (learner.rejected["demonstration"] == before["demos"] + k
+                                     and recorder.rejected == before["recorder"] + k
+                                     and bridge.rejected["learner progress"] == before["learner progress"] + k
+                                     and learner._replay_queue.qsize() == queued + k), 5.0)
+    for _ in range(k):  # the learner's replay bytes wait in its queue until training starts
+        raw = learner._replay_queue.get_nowait()
+        assert raw in GARBAGE and learner.take(raw) is None
+    assert learner.rejected["replay"] == before["replay"] + k
+    # best effort, or reliable with depth 1: at least one arrives, none is taken
+    assert spin_until(both, lambda: actor_js.rejected > before["policy"], 5.0)
+    assert before["policy"] < actor_js.rejected <= before["policy"] + k
+    assert before["policy version"] < bridge.rejected["policy version"] <= before["policy version"] + k
+    assert before["action"] < bridge.rejected["action"] <= before["action"] + k
+    assert before["obs"] < actor.rejected_observations <= before["obs"] + k
+    assert before["joints"] < actor_js.rejected_observations <= before["joints"] + k
+    actions, js_actions = actor.actions, actor_js.actions  # and they go on:
+    pubs["observation"].publish(m.observation_to_msg([0.0, 0.1, 0.0, 0.0]))
+    pubs["fuzz/joint_states"].publish(m.joint_state_msg(["hinge", "slider"], [0.1, 0.0], [0.0, 0.0]))
+    assert spin_until(both, lambda: actor.actions > actions and actor_js.actions > js_actions, 5.0)
+    assert learner.error is None
+    assert bridge.actor_version <= m.UINT32_MAX  # the 12 bytes are an Int64 (2**62 + 2), no version
+
+
+@FUZZ
+@given(data=serialized())
+def test_every_subscription_takes_any_bytes(graph, data: bytes) -> None:
+    """The nodes' own subscription callbacks (raw: bytes as DDS hands them over), fed any bytes or
+    serialized messages cut, grown or flipped: nothing raises."""
+    callbacks = [s.callback for node in graph.nodes.values() for s in node.subscriptions if s.raw]
+    assert len(callbacks) == 9  # learner 2, bridge 3, recorder 1, actor 1, actor_js 2 (joints, policy)
+    graph.nodes["sim_bridge"]._waiting_action = True
+    for callback in callbacks:
+        callback(data)
+    learner = graph.nodes["learner"]
+    while not learner._replay_queue.empty():
+        learner.take(learner._replay_queue.get_nowait())
+    assert learner.error is None and not learner.finished.is_set()

@@ -165,6 +165,14 @@ def test_sim_train_passes_one_max_ahead_to_bridge_and_actor(tmp_path):
     assert by_name["actor"]["warmup_steps"] == by_name["learner"]["schedule.warmup_steps"]
 
 
+def test_record_expert_gives_the_recorder_the_bridges_seed(tmp_path):
+    """The bag's metadata records the seed of the simulation it came from."""
+    pytest.importorskip("rclpy")
+    _, _, specs = lr.describe_launch("record_expert", ["seed:=4", f"output:={tmp_path / 'bag'}"])
+    by_name = {s.name: s.parameters for s in specs}
+    assert by_name["demo_recorder"]["seed"] == by_name["sim_bridge"]["seed"] == 4
+
+
 def test_sim_train_resume_is_the_files_unless_given(tmp_path):
     """A task file's learner ``resume: false`` holds; ``resume:=`` overrides it; neither: the node's
     default (true)."""

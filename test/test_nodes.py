@@ -128,6 +128,9 @@ def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domai
     ended = m.replay_to_msg(obs[3:5], np.zeros((2, 1)), obs[4:6], np.ones(2), np.zeros(2),
                             np.array([0.0, 1.0]), seq=1, source=7)  # s3 s4 s5, time limit
     episodes = run_recorder(tmp_path, ros_domain_id, ros_node, [diverged, ended]).episodes
+    from opolo_ros.data.bags import read_bag_metadata
+
+    assert "seed" not in read_bag_metadata(tmp_path / "bag")  # not given: not known, not recorded
     assert len(episodes) == 1
     np.testing.assert_array_equal(episodes[0].obs, obs[3:])
     assert episodes[0].ret == 2.0
@@ -142,18 +145,20 @@ def test_recorder_skips_episodes_that_end_by_termination(tmp_path, ros_domain_id
                            np.zeros(2), seq=0, source=7)
     ended = m.replay_to_msg(obs[3:5], np.zeros((2, 1)), obs[4:6], np.full(2, 2.0), np.zeros(2),
                             np.array([0.0, 1.0]), seq=1, source=7)
-    recorder = run_recorder(tmp_path, ros_domain_id, ros_node, [fell, ended], skip_terminated=True)
+    recorder = run_recorder(tmp_path, ros_domain_id, ros_node, [fell, ended], skip_terminated=True, seed=5)
     assert len(recorder.episodes) == 1 and recorder.skipped == 1
     np.testing.assert_array_equal(recorder.episodes[0].obs, obs[3:])
     assert recorder.episodes[0].ret == 4.0
-    assert read_bag_metadata(tmp_path / "bag")["skipped_terminated"] == "1"
+    custom = read_bag_metadata(tmp_path / "bag")
+    assert custom["skipped_terminated"] == "1" and custom["seed"] == "5"
 
 
 
 @pytest.mark.parametrize("decode_in_loader", [True, False])
 def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_node, decode_in_loader):
     """Policies arrive mid-run on /opolo/policy; a mismatched one and messages holding no policy
-    are refused; no step is lost. Read in the loader thread (default) or deserialized by rclpy.
+    are refused; no step is lost. Taken serialized and read in the loader thread (default) or in
+    the subscription's callback.
 
     Each policy outputs a constant, so the actions on the wire show which policy chose them.
     """
@@ -189,11 +194,12 @@ def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_no
                 assert spin_until(both, lambda v=version: actor.version == v, timeout_sec=5.0)
         policy_pub.publish(UInt8MultiArray(data=[1, 2, 3]))  # no onnx/version layout
         assert spin_until(both, lambda: actor.rejected == 2, timeout_sec=5.0)
-        if decode_in_loader:  # over the wire, bytes that are no UInt8MultiArray in CDR: a header
-            # whose options claim padding and no body (rclpy's own deserializer reads past it)
-            policy_pub.publish(b"\x00\x00\xe6\x61")
-            actor._on_serialized_policy(b"\x00\x01\x00\x00" + bytes(range(40)))
-            assert spin_until(both, lambda: actor.rejected == 4, timeout_sec=5.0)
+        # over the wire, bytes that are no UInt8MultiArray in CDR: a header whose options claim
+        # padding and no body (rclpy's own deserializer reads past it)
+        policy_pub.publish(b"\x00\x00\xe6\x61")
+        garbled = b"\x00\x01\x00\x00" + bytes(range(40))
+        (actor._on_serialized_policy if decode_in_loader else actor._on_policy)(garbled)
+        assert spin_until(both, lambda: actor.rejected == 4, timeout_sec=5.0)
         deadline = time.monotonic() + 0.3
         spin_until(both, lambda: time.monotonic() > deadline, timeout_sec=1.0)
         steps, actions, republished = bridge.steps, actor.actions, bridge.republished

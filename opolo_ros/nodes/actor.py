@@ -48,11 +48,12 @@ Real-time path (deploy)
 Policies
     From ``model`` (a file; with ``watch_model`` a changed file is reloaded) and/or from
     ``/opolo/policy`` (ONNX bytes + version, transient local, so a late actor gets the newest).
-    A policy message is taken serialized (``decode_policy_in_loader``, default) and the loader
-    thread reads it right after a control step, with :mod:`opolo_ros.ros.cdr`, which bounds every
-    length by the bytes there are: rclpy's native deserializer reads past the buffer of a short
-    message whose encapsulation options claim padding (it segfaulted on fuzzed bytes), and it
-    would run on the executor thread (0.13-0.24 ms per 270 kB model, BENCHMARKS.md). A new
+    Every subscription takes its messages serialized and reads them with
+    :mod:`opolo_ros.ros.cdr`, which bounds every length by the bytes there are: rclpy's native
+    deserializer reads past the buffer of a short message whose encapsulation options claim
+    padding (it segfaulted on fuzzed bytes). A policy message is read by the loader thread right
+    after a control step (``decode_policy_in_loader``, default), not on the executor thread
+    (the reading takes 0.13 ms per 270 kB model at p50, BENCHMARKS.md). A new
     model is loaded and warmed up in the loader thread, off the control path, then swapped in one
     assignment. Building an onnxruntime session holds the GIL for about a millisecond, so the
     loader starts each such step (and each deserialization) right after a control step (the
@@ -107,6 +108,7 @@ from opolo_ros.nodes.session_pool import SessionPool
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
+from opolo_ros.ros.subscribe import subscribe
 
 
 @dataclass(frozen=True)
@@ -255,24 +257,26 @@ class Actor(FinishableNode):
         reliable = p["observation_qos"] == "reliable"
         if self._spec is not None:
             qos = RELIABLE_DEFAULT_QOS if reliable else qos_for("joint_states")
-            self.create_subscription(JointState, p["observation_topic"], self._on_joint_state, qos)
+            subscribe(self, JointState, p["observation_topic"], self._on_joint_state, qos, self._reject,
+                      "joint state")
         else:
             qos = RELIABLE_DEFAULT_QOS if reliable else qos_for("observation")
-            self.create_subscription(Float32MultiArray, p["observation_topic"], self._on_observation, qos)
-        if p["subscribe_policy"]:
-            raw = p["decode_policy_in_loader"]
+            subscribe(self, Float32MultiArray, p["observation_topic"], self._on_observation, qos,
+                      self._reject, "observation")
+        if p["subscribe_policy"]:  # taken serialized either way; decoded here or in the loader
             self.create_subscription(UInt8MultiArray, p["policy_topic"],
-                                     self._on_serialized_policy if raw else self._on_policy,
-                                     qos_for("policy"), raw=raw)
+                                     self._on_serialized_policy if p["decode_policy_in_loader"]
+                                     else self._on_policy, qos_for("policy"), raw=True)
         if self.rate_hz > 0:
             self.create_timer(1.0 / self.rate_hz, self._on_timer)
         elif self.mode == "deploy" and p["watchdog_rate_hz"] > 0:
             self.create_timer(1.0 / p["watchdog_rate_hz"], self._on_watchdog)
 
     # ------------------------------------------------------------------ policies
-    def _on_policy(self, msg: UInt8MultiArray) -> None:
-        """Only hands the bytes to the loader thread: loading is off the control path."""
-        policy = self._decoded(m.msg_to_policy, msg)
+    def _on_policy(self, msg: UInt8MultiArray | bytes) -> None:
+        """Decodes the message (or its serialized bytes) and hands the model to the loader thread:
+        loading is off the control path."""
+        policy = self._decoded(m.serialized_to_policy if isinstance(msg, bytes) else m.msg_to_policy, msg)
         if policy is not None:
             self.request_load(policy.model, policy.version)
 

@@ -76,12 +76,11 @@ PARAMETERS: dict[str, tuple] = {
     "load_at_safe_points": (True, "loader thread: start each GIL-holding step of a policy load "
                                   "(session creation ~1 ms) right after a control step; false = "
                                   "at once"),
-    "decode_policy_in_loader": (True, "take policy messages serialized on the executor thread "
-                                      "and read them in the loader thread at a safe point, with a "
-                                      "pure-Python reader that bounds every length (rclpy's native "
-                                      "deserializer reads past a short buffer); 0.13-0.24 ms less "
-                                      "on the executor thread per 270 kB model; false = rclpy "
-                                      "deserializes them on the executor thread"),
+    "decode_policy_in_loader": (True, "read policy messages (taken serialized, with the "
+                                      "pure-Python reader that bounds every length, as every "
+                                      "subscription) in the loader thread at a safe point; "
+                                      "false = read them in the subscription's callback, on the "
+                                      "executor thread (0.13 ms per 270 kB model at p50)"),
     "stats_file": ("", "write control-path statistics (inference and callback time percentiles, "
                        "GC pauses, counters) as JSON to this file on exit; '' = none"),
     "echo_sequence": (False, "benchmarks: copy an observation's ('seq', n, 0) layout dim (for a "

@@ -28,8 +28,10 @@ from opolo_ros.data.demos import Episode
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
+from opolo_ros.ros.subscribe import subscribe
 
 STORAGES = ("mcap", "sqlite3")
+LOG_THROTTLE_S = 1.0  # rejected messages: one log line per second at most
 
 
 PARAMETERS: dict[str, tuple] = {
@@ -38,6 +40,8 @@ PARAMETERS: dict[str, tuple] = {
     "episodes": (4, "stop after this many episodes"),
     "env_id": ("", "task id recorded in the bag's metadata"),
     "expert": ("", "expert model name recorded in the bag's metadata"),
+    "seed": (-1, "the simulation's seed, recorded in the bag's metadata (as opolo-ros record does); "
+                 "-1 = not known, not recorded"),
     "replay_topic": ("/opolo/replay", "replay stream to record"),
     "demonstrations_topic": ("/opolo/demonstrations", "publish each recorded episode here; empty = "
                                                       "do not publish"),
@@ -58,7 +62,9 @@ class DemoRecorder(FinishableNode):
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
         self.output = Path(p["output"])
         self.storage, self.target = p["storage"], p["episodes"]
-        self.env_id, self.expert = p["env_id"], p["expert"]
+        self.env_id, self.expert, self.seed = p["env_id"], p["expert"], p["seed"]
+        if self.seed < -1:
+            raise ParameterError(f"parameter 'seed' must be >= 0 (or -1: not known), got {self.seed}")
         self.skip_terminated, self.skipped = bool(p["skip_terminated"]), 0
         self._keep = slice(0, -1) if p["drop_time_feature"] else slice(None)  # of each state's values
         replay_topic, demo_topic = p["replay_topic"], p["demonstrations_topic"]
@@ -83,14 +89,23 @@ class DemoRecorder(FinishableNode):
             raise ParameterError(f"parameter 'output': cannot create the folder {self.output.parent} "
                                  f"({err.strerror})") from None
         self.episodes: list[Episode] = []
+        self.rejected = 0  # replay messages that did not decode
         self.bag: Path | None = None
         self._source: int | None = None
         self._states: list[np.ndarray] = []
         self._return = 0.0
         self.demo_pub = (self.create_publisher(Float32MultiArray, demo_topic, qos_for("demonstrations"))
                          if demo_topic else None)
-        self.create_subscription(Float32MultiArray, replay_topic, self._on_replay, qos_for("replay"))
+        subscribe(self, Float32MultiArray, replay_topic, self._on_replay, qos_for("replay"), self._reject,
+                  "replay batch")
         self.get_logger().info(f"recording {self.target} episodes from {replay_topic} into {self.output}")
+
+    def _reject(self, err: m.MessageError) -> None:
+        if self.finished.is_set():
+            return
+        self.rejected += 1
+        self.get_logger().error(f"rejected replay batch ({self.rejected} so far): {err}",
+                                throttle_duration_sec=LOG_THROTTLE_S)
 
     def _on_replay(self, msg: Float32MultiArray) -> None:
         if self.finished.is_set():
@@ -98,7 +113,7 @@ class DemoRecorder(FinishableNode):
         try:
             batch = m.msg_to_replay(msg)
         except m.MessageError as err:
-            self.get_logger().error(f"rejected replay batch: {err}")
+            self._reject(err)
             return
         if self._source is None:
             self._source = batch.source
@@ -153,6 +168,8 @@ class DemoRecorder(FinishableNode):
             metadata["env_id"] = self.env_id
         if self.expert:
             metadata["expert"] = self.expert
+        if self.seed >= 0:
+            metadata["seed"] = self.seed
         self.bag = write_demonstrations(self.output, self.episodes, storage=self.storage, metadata=metadata)
         returns = np.array([ep.ret for ep in self.episodes])
         self.get_logger().info(f"wrote {len(self.episodes)} episodes (return {returns.mean():.1f} +- "

@@ -81,6 +81,7 @@ from opolo_ros.nodes.common import (
 )
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
+from opolo_ros.ros.subscribe import subscribe
 from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature
 from opolo_ros.train.checkpoint import CheckpointError
 from opolo_ros.train.direct import TrainResult
@@ -122,16 +123,18 @@ class Learner(FinishableNode):
         self.demos: dict[int, Episode] = {}
         self._demos_taken = False  # the worker took its demonstrations: later ones are not used
         self._demo_last = 0.0
-        self._replay_queue: queue.Queue[Float32MultiArray] = queue.Queue()
+        self._replay_queue: queue.Queue[Float32MultiArray | bytes] = queue.Queue()
         self._progress_lock = threading.Lock()
         self._progress_msg: Int64MultiArray | None = None
 
         self.policy_pub = self.create_publisher(UInt8MultiArray, p["policy_topic"], qos_for("policy"))
         self.progress_pub = self.create_publisher(Int64MultiArray, p["progress_topic"],
                                                   qos_for("learner_progress"))
-        self.create_subscription(Float32MultiArray, p["demonstrations_topic"], self._on_demo,
-                                 qos_for("demonstrations"))
-        self.create_subscription(Float32MultiArray, p["replay_topic"], self._on_replay, qos_for("replay"))
+        subscribe(self, Float32MultiArray, p["demonstrations_topic"], self._on_demo,
+                  qos_for("demonstrations"), self._reject_demo, "demonstration")
+        # replay bytes go to the ingest thread as they came: read and decoded there (take)
+        self.create_subscription(Float32MultiArray, p["replay_topic"], self._on_replay, qos_for("replay"),
+                                 raw=True)
         self.create_timer(p["progress_period_s"], self._republish_progress)
         self._worker = threading.Thread(target=self._work, name=f"{node_name}_worker", daemon=True)
         self._worker.start()
@@ -169,9 +172,7 @@ class Learner(FinishableNode):
                                      f"does not match {self.cfg.env_id}")
             episode = Episode(obs, demo.episode_return, {"episode": demo.episode})
         except ValueError as err:  # MessageError, or an Episode that fails its own checks
-            self.rejected["demonstration"] += 1
-            self.get_logger().error(f"rejected demonstration ({self.rejected['demonstration']} so far): "
-                                    f"{err}", throttle_duration_sec=LOG_THROTTLE_S)
+            self._reject_demo(err)
             return
         earlier = self.demos.get(demo.episode)
         if earlier is not None and np.array_equal(earlier.obs, episode.obs) \
@@ -190,7 +191,12 @@ class Learner(FinishableNode):
         self.demos[demo.episode] = episode
         self._demo_last = time.monotonic()
 
-    def _on_replay(self, msg: Float32MultiArray) -> None:
+    def _reject_demo(self, err: ValueError) -> None:
+        self.rejected["demonstration"] += 1
+        self.get_logger().error(f"rejected demonstration ({self.rejected['demonstration']} so far): "
+                                f"{err}", throttle_duration_sec=LOG_THROTTLE_S)
+
+    def _on_replay(self, msg: Float32MultiArray | bytes) -> None:
         self._replay_queue.put(msg)
 
     def _republish_progress(self) -> None:
@@ -296,10 +302,12 @@ class Learner(FinishableNode):
         finally:
             trainer.close_progress_bar()
 
-    def take(self, msg: Float32MultiArray) -> m.ReplayBatch | None:
-        """A received replay message as a batch to consume; None (counted) when it is rejected or a
-        duplicate. Never raises for any message."""
+    def take(self, msg: Float32MultiArray | bytes) -> m.ReplayBatch | None:
+        """A received replay message (or its serialized bytes) as a batch to consume; None (counted)
+        when it is rejected or a duplicate. Never raises for any message."""
         try:
+            if isinstance(msg, bytes):
+                msg = m.deserialize(msg, Float32MultiArray, "replay batch")
             batch = m.msg_to_replay(msg, self.trainer.obs_dim, self.trainer.act_dim)
             scaler = self.trainer.scaler
             outside = np.abs(scaler.to_unit(batch.action)).max(initial=0.0) - 1.0

@@ -78,6 +78,7 @@ from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
+from opolo_ros.ros.subscribe import subscribe
 from opolo_ros.sim.tasks import control_period, joint_layout, make_task_env
 
 POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -160,6 +161,7 @@ class SimBridge(FinishableNode):
         self.republished = 0
         self.waits = 0  # times the bridge had to wait for the learner
         self.resent = 0  # replay batches published again for a restarted learner
+        self.rejected = {"action": 0, "learner progress": 0, "policy version": 0}  # messages dropped
         self.held = 0  # realtime: steps after the first command that got no new one (missed deadline)
         self.answered = 0  # realtime: steps whose command names the observation it answers
         self.stale = 0  # realtime: ... and it is not the newest one published (late by >= 1 step)
@@ -194,14 +196,15 @@ class SimBridge(FinishableNode):
                                                  qos_for("replay"))
                            if p["publish_replay"] else None)
         self.return_pub = self.create_publisher(Float64, p["episode_return_topic"], EPISODE_RETURN_QOS)
-        self.create_subscription(Float64MultiArray, p["action_topic"], self._on_action,
-                                 qos_for("action"))
-        self.progress_sub = (self.create_subscription(Int64MultiArray, p["progress_topic"], self._on_progress,
-                                                      qos_for("learner_progress"))
+        subscribe(self, Float64MultiArray, p["action_topic"], self._on_action, qos_for("action"),
+                  self._reject_action, "action")
+        self.progress_sub = (subscribe(self, Int64MultiArray, p["progress_topic"], self._on_progress,
+                                       qos_for("learner_progress"), self._reject_progress,
+                                       "learner progress")
                              if p["publish_replay"] else None)  # without flow control: for the counts only
         if self.flow_control and self.sync_policy:
-            self.create_subscription(Int64, p["policy_version_topic"], self._on_version,
-                                     POLICY_VERSION_QOS)
+            subscribe(self, Int64, p["policy_version_topic"], self._on_version, POLICY_VERSION_QOS,
+                      self._reject_version, "policy version")
         if self.mode == "lockstep":
             self._timer = self.create_timer(min(0.02, self.action_timeout / 4), self._tick)
         else:
@@ -244,12 +247,25 @@ class SimBridge(FinishableNode):
         return p
 
     # ------------------------------------------------------------------ subscriptions
+    # one log line each: rclpy throttles per call site, so bad actions do not hide bad progress
+    def _reject_action(self, err: m.MessageError) -> None:
+        self.rejected["action"] += 1
+        self.get_logger().warning(f"rejected action: {err}", throttle_duration_sec=5.0)
+
+    def _reject_progress(self, err: m.MessageError) -> None:
+        self.rejected["learner progress"] += 1
+        self.get_logger().warning(f"rejected learner progress: {err}", throttle_duration_sec=5.0)
+
+    def _reject_version(self, err: m.MessageError) -> None:
+        self.rejected["policy version"] += 1
+        self.get_logger().warning(f"rejected policy version: {err}", throttle_duration_sec=5.0)
+
     def _on_action(self, msg: Float64MultiArray) -> None:
         tag = latency.pop_sequence(msg)  # a controller's echo of the observation it answers
         try:
             action = m.msg_to_action(msg, self.act_dim)
         except m.MessageError as err:
-            self.get_logger().warning(f"rejected action: {err}", throttle_duration_sec=5.0)
+            self._reject_action(err)
             return
         if self.mode == "realtime":
             self._latest_action = action
@@ -270,7 +286,7 @@ class SimBridge(FinishableNode):
         try:
             progress = m.msg_to_progress(msg)
         except m.MessageError as err:
-            self.get_logger().warning(f"rejected learner progress: {err}", throttle_duration_sec=5.0)
+            self._reject_progress(err)
             return
         ack = progress.acks.get(self.source)
         if not self._learner_seen:
@@ -307,7 +323,11 @@ class SimBridge(FinishableNode):
             self._advance()
 
     def _on_version(self, msg: Int64) -> None:
-        self.actor_version = max(self.actor_version, int(msg.data))
+        version = int(msg.data)
+        if not 0 <= version <= m.UINT32_MAX:  # a policy's version is a uint32 (its message's layout)
+            self._reject_version(m.MessageError(f"policy version {version} is outside 0..{m.UINT32_MAX}"))
+            return  # a huge one would be taken as the actor running every policy to come
+        self.actor_version = max(self.actor_version, version)
         if self.started and not self._waiting_action:
             self._advance()
 

@@ -60,7 +60,7 @@ import array
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -77,6 +77,7 @@ from opolo_ros.data.batches import VOID as VOID  # the batch types, re-exported 
 from opolo_ros.data.batches import ReplayBatch as ReplayBatch
 from opolo_ros.data.batches import SourceAck as SourceAck
 from opolo_ros.data.batches import replay_fields as replay_fields
+from opolo_ros.ros import cdr
 
 UINT32_MAX = 2**32 - 1
 OBS_LABEL = "obs"
@@ -136,9 +137,22 @@ def _vector(name: str, x: np.ndarray | Sequence[float], dtype: type) -> np.ndarr
 
 
 def _check_type(msg: object, cls: type, what: str) -> None:
-    if not isinstance(msg, cls):
+    """`msg` is a `cls`, or a record of one read from serialized bytes (:func:`deserialize`)."""
+    got = getattr(msg, "msg_type", type(msg))
+    if got is not cls:
         raise MessageError(f"{what}: expected {cls.__module__.split('.')[0]}/{cls.__name__}, "
-                           f"got {type(msg).__name__}")
+                           f"got {got.__name__}")
+
+
+def deserialize(data: bytes | bytearray | memoryview, cls: type, what: str) -> Any:
+    """Bytes from a subscription with ``raw=True`` -> a record of `cls` that this module's decoders
+    take, read by :mod:`opolo_ros.ros.cdr` (pure Python, every length bounded by the bytes there are:
+    no native deserializer runs on bytes from the network). :class:`MessageError` if they are not."""
+    try:
+        return cdr.read(data, cls)
+    except cdr.CdrError as err:
+        raise MessageError(f"{what}: cannot read {len(data)} bytes as a serialized {cls.__name__}: "
+                           f"{err}") from None
 
 
 def _dims(msg: object) -> list[tuple[str, int, int]]:
@@ -443,18 +457,9 @@ def msg_to_policy(msg: UInt8MultiArray) -> PolicyMessage:
 
 
 def serialized_to_policy(data: bytes) -> PolicyMessage:
-    """A policy message as taken from the topic serialized (a subscription with ``raw=True``):
-    decoded wherever the caller likes, not on the executor thread, by :mod:`opolo_ros.ros.cdr`
-    (pure Python, every length bounded by the bytes there are: no native deserializer runs on
-    bytes from the network)."""
-    from opolo_ros.ros.cdr import CdrError, read_uint8_multiarray
-
-    try:
-        msg = read_uint8_multiarray(data)
-    except CdrError as err:
-        raise MessageError(f"policy: cannot read {len(data)} bytes as a serialized UInt8MultiArray: "
-                           f"{err}") from None
-    return msg_to_policy(msg)
+    """A policy message as taken from the topic serialized: read by :func:`deserialize` wherever
+    the caller likes (the actor: in its loader thread, not on the executor thread)."""
+    return msg_to_policy(deserialize(data, UInt8MultiArray, "policy"))
 
 
 # ------------------------------------------------------------------------------ learner progress
