@@ -274,6 +274,14 @@ def test_obs_field_for_other_message_types(tmp_path: Path) -> None:
         read_demonstrations(bag, topic="/cmd")
     (ep,) = read_demonstrations(bag, topic="/cmd", obs_field=("linear", "angular.z"))
     assert ep.obs.tolist() == [[0, 1, 2, 0], [1, 1, 2, -1], [2, 1, 2, -2]]
+    from opolo_ros.algo.config import load_run_config  # the same from a run config
+
+    cfg = load_run_config(None, {"demos": str(bag), "demos_topic": "/cmd"})
+    with pytest.raises(ValueError, match="the config key demos_obs_field"):
+        load_episodes(cfg.demos, **cfg.demo_options())
+    cfg = load_run_config(None, {"demos": str(bag), "demos_topic": "/cmd",
+                                 "demos_obs_field": "linear, angular.z"})
+    assert [ep.obs.tolist() for ep in load_episodes(cfg.demos, **cfg.demo_options())] == [ep.obs.tolist()]
 
 
 # ------------------------------------------------------------------------------------- errors

@@ -136,16 +136,18 @@ class RunConfig:
     # Reading a bag (opolo_ros.data.bags.read_demonstrations): the topic ("" = /opolo/demonstrations,
     # else the bag's only state topic); for sensor_msgs/JointState the joint names in policy order
     # ("a,b,c"; "" = the first message's order) and the fields; the gap that splits an observation
-    # stream into episodes (seconds; the reset marker splits too).
+    # stream into episodes (seconds; the reset marker splits too); for any other message type, the
+    # fields that make the observation ("pose.pose,twist.twist" for nav_msgs/Odometry).
     demos_topic: str = ""
     demos_joints: str = ""
     demos_fields: str = "position,velocity"
     demos_episode_gap_s: float = 0.5
+    demos_obs_field: str = ""
 
     def demo_options(self) -> dict[str, Any]:
         """The keyword arguments of `opolo_ros.data.demos.load_episodes` for this run's bag."""
         return {"topic": self.demos_topic, "joints": self.demos_joints, "fields": self.demos_fields,
-                "episode_gap_s": self.demos_episode_gap_s}
+                "episode_gap_s": self.demos_episode_gap_s, "obs_field": self.demos_obs_field}
     eval_every: int = 5_000
     eval_episodes: int = 10
     checkpoint_every: int = 5_000

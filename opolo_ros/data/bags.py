@@ -455,7 +455,8 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
         msgtype = topics[topic]
         if src_args["obs_field"] is None and msgtype not in STREAM_TYPES:
             raise BagError(f"{bag}: topic {topic} has type {msgtype}; expected one of "
-                           f"{', '.join(STREAM_TYPES)} (or pass obs_field=...)")
+                           f"{', '.join(STREAM_TYPES)} (or name the fields that make the observation: "
+                           "obs_field=..., the config key demos_obs_field)")
         src = _Source(msgtype=msgtype, **src_args)
         conns = [c for c in reader.connections if c.topic == topic]
         store = _typestore()

@@ -97,10 +97,12 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def load_episodes(path: str | Path, topic: str = "", joints: str = "",
-                  fields: str = "position,velocity", episode_gap_s: float = 0.5) -> list[Episode]:
+                  fields: str = "position,velocity", episode_gap_s: float = 0.5,
+                  obs_field: str = "") -> list[Episode]:
     """State-only episodes from a .npz file or a rosbag2 bag / folder of bags (see `data.bags`):
     from `topic` ("" = automatic); JointState `joints` ("a,b" in policy order; "" = the first
-    message's order) and `fields`; `episode_gap_s` splits observation streams. The bag options
+    message's order) and `fields`; `episode_gap_s` splits observation streams; `obs_field`
+    ("pose.pose,twist.twist"; "" = none) makes the observation of any other type. The bag options
     are the run config's `demos_*` keys (`RunConfig.demo_options()`)."""
     path = Path(path)
     if path.suffix == ".npz":
@@ -108,4 +110,5 @@ def load_episodes(path: str | Path, topic: str = "", joints: str = "",
     from opolo_ros.data.bags import read_demonstrations  # rosbags is only needed for bags
 
     return read_demonstrations(path, topic=topic or None, joints=_names(joints) or None,
-                               fields=_names(fields), episode_gap_s=episode_gap_s)
+                               fields=_names(fields), episode_gap_s=episode_gap_s,
+                               obs_field=_names(obs_field) or None)

@@ -27,6 +27,8 @@ PARAMETERS: dict[str, tuple] = {
                        "empty = the first message's order"),
     "bag_fields": ("position,velocity", "sensor_msgs/JointState bags: the fields, in order"),
     "episode_gap_s": (0.5, "observation streams: a gap this long (seconds) starts a new episode"),
+    "bag_obs_field": ("", "other message types: the fields that make the observation, "
+                          "comma-separated dotted paths (e.g. pose.pose,twist.twist)"),
 }
 
 
@@ -40,7 +42,8 @@ class DemoPlayer(FinishableNode):
         if count < 0:
             raise ParameterError(f"parameter 'num_demos' must be >= 0, got {count}")
         episodes = load_episodes(demos, topic=p["bag_topic"], joints=p["bag_joints"],
-                                 fields=p["bag_fields"], episode_gap_s=p["episode_gap_s"])
+                                 fields=p["bag_fields"], episode_gap_s=p["episode_gap_s"],
+                                 obs_field=p["bag_obs_field"])
         self.episodes: list[Episode] = episodes[:count] if count else episodes
         if len(self.episodes) > DEMONSTRATIONS_DEPTH:
             self.get_logger().warning(f"{len(self.episodes)} episodes but the topic keeps the last "
