@@ -160,7 +160,8 @@ def test_folder_of_bags_merged_in_order(tmp_path: Path) -> None:
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
 def test_a_changed_byte_or_a_storage_file_listed_twice_is_caught(tmp_path: Path, storage: str) -> None:
     """The digests written with the bag: a flipped bit in an observation (the storage formats check
-    nothing here), or every message read twice, is an error, not other demonstrations."""
+    nothing here) is an error, not other demonstrations; so is a storage file listed twice in
+    metadata.yaml (every message read twice) or not at all (none read)."""
     eps = _episodes(lengths=(4, 5))
     eps[1].obs[2, 1] = np.float32(1234.5678)
     bag = write_demonstrations(tmp_path / "good", eps, storage=storage)
@@ -181,7 +182,11 @@ def test_a_changed_byte_or_a_storage_file_listed_twice_is_caught(tmp_path: Path,
     info["relative_file_paths"] *= 2
     info["files"] *= 2
     (twice / "metadata.yaml").write_text(yaml.safe_dump(meta))
-    with pytest.raises(BagError, match="message 2: its bytes differ|4 episodes on /opolo/demonstrations"):
+    with pytest.raises(BagError, match=r"lists the storage file\(s\) \['good\.\w+'\] more than once"):
+        read_demonstrations(twice)
+    info["relative_file_paths"], info["files"] = [], []  # and one left out of the listing
+    (twice / "metadata.yaml").write_text(yaml.safe_dump(meta))
+    with pytest.raises(BagError, match=r"\['good\.\w+'\] in the bag folder are not listed in its metadata"):
         read_demonstrations(twice)
 
 

@@ -20,7 +20,8 @@ Writing (:func:`write_demonstrations`)
     The returns are also inside every message, so a replayed topic carries them.
 
 Reading (:func:`read_demonstrations`)
-    Any rosbag2 bag: a bag folder (with ``metadata.yaml``), a bare ``.mcap``/``.db3`` storage file,
+    Any rosbag2 bag: a bag folder (with ``metadata.yaml``, which must list each of its storage
+    files once), a bare ``.mcap``/``.db3`` storage file,
     or a folder whose sub-folders are bags (read one after the other in name order, numbers by
     value: ``run_2`` before ``run_10``; episodes never span two bags; a sub-folder with storage
     files but no ``metadata.yaml``, or a storage file beside the bags, is an error, not skipped).
@@ -298,8 +299,8 @@ def _bag_paths(path: Path) -> list[Path]:
     raise BagError(f"{path} is not a rosbag2 bag (no metadata.yaml) nor a folder of bags")
 
 
-def read_bag_metadata(path: str | Path) -> dict[str, str]:
-    """The ``custom_data`` of a bag folder's metadata.yaml ({} when it has none)."""
+def _bag_info(path: str | Path) -> dict[str, Any]:
+    """A bag folder's metadata.yaml, its ``rosbag2_bagfile_information`` ({} when there is none)."""
     import yaml
 
     meta = Path(path) / "metadata.yaml"
@@ -309,8 +310,33 @@ def read_bag_metadata(path: str | Path) -> dict[str, str]:
         info = yaml.safe_load(meta.read_text())["rosbag2_bagfile_information"]
     except Exception as err:
         raise BagError(f"{path}: corrupt bag metadata ({_one_line(err)})") from None
-    custom = info.get("custom_data") if isinstance(info, dict) else None
+    return info if isinstance(info, dict) else {}
+
+
+def read_bag_metadata(path: str | Path) -> dict[str, str]:
+    """The ``custom_data`` of a bag folder's metadata.yaml ({} when it has none)."""
+    custom = _bag_info(path).get("custom_data")
     return {str(k): str(v) for k, v in custom.items()} if isinstance(custom, dict) else {}
+
+
+def _check_storage_listing(bag: Path) -> None:
+    """Every storage file of a bag folder read once: none listed twice in metadata.yaml (its messages
+    would be read twice), none in the folder left out of the listing (they would not be read)."""
+    try:
+        listed = _bag_info(bag).get("relative_file_paths")
+    except BagError:
+        return  # a corrupt metadata.yaml: reported when the bag is opened
+    if not isinstance(listed, list):
+        return  # likewise a malformed listing
+    names = [Path(str(p)).name for p in listed]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BagError(f"{bag}: metadata.yaml lists the storage file(s) {twice} more than once")
+    unlisted = sorted(p.name for p in bag.iterdir() if p.suffix in STORAGE_SUFFIXES and p.name not in names)
+    if unlisted:
+        raise BagError(f"{bag}: storage file(s) {unlisted} in the bag folder are not listed in its "
+                       "metadata.yaml, so their messages would not be read (`ros2 bag reindex` "
+                       "rewrites the listing)")
 
 
 @dataclasses.dataclass
@@ -434,6 +460,8 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
               expected_obs_dim: int | None, state: dict) -> list[Episode]:
     from rosbags.rosbag2 import Reader
 
+    if bag.is_dir():
+        _check_storage_listing(bag)
     reader = Reader(bag)
     try:
         reader.open()
