@@ -51,6 +51,10 @@ ARGUMENTS = [
     LaunchArg("action_topic", "action", "the robot's command topic (remap target of 'action')"),
     LaunchArg("joints", "", "comma-separated joint names: read sensor_msgs/JointState in this order "
                             "(positions, then velocities); empty = Float32MultiArray observations"),
+    LaunchArg("joint_offset", "", "comma-separated values subtracted from the JointState observation "
+                                  "(one per joint and field); empty = the params file, else none"),
+    LaunchArg("joint_scale", "", "comma-separated factors applied after the offset; empty = the "
+                                 "params file, else none"),
     LaunchArg("time_feature_clock", "", "T > 0: the actor appends the time feature 1 - t/T (a policy "
                                         "trained with time_feature: true); empty = the params "
                                         "file, else 0 (off)"),
@@ -61,10 +65,10 @@ ARGUMENTS = [
     LaunchArg("watch_model", "", "true: reload the model file when it changes; empty = the params "
                                  "file, else false"),
     LaunchArg("params_file", "", "ROS 2 parameter file with an 'actor' section (safety limits, ...)"),
-    LaunchArg("action_low", "", "comma-separated lower command limits; empty = the params file, "
-                                "else the model's bounds"),
-    LaunchArg("action_high", "", "comma-separated upper command limits; empty = the params file, "
-                                 "else the model's bounds"),
+    LaunchArg("action_low", "", "comma-separated lower command limits (they only tighten the "
+                                "model's bounds); empty = the params file, else the model's"),
+    LaunchArg("action_high", "", "comma-separated upper command limits (they only tighten the "
+                                 "model's bounds); empty = the params file, else the model's"),
     LaunchArg("max_action_rate", "", "largest change of any command per second; empty = the params "
                                      "file, else 0 (unlimited)"),
     LaunchArg("observation_timeout_s", "", "observations older than this are stale and the watchdog "
@@ -81,7 +85,7 @@ ARGUMENTS = [
                                     "CAP_SYS_NICE); empty = the params file, else 0 (normal)"),
 ]
 
-FLOAT_LISTS = ("action_low", "action_high", "safe_command")
+FLOAT_LISTS = ("action_low", "action_high", "safe_command", "joint_offset", "joint_scale")
 FLOATS = ("rate_hz", "max_action_rate", "observation_timeout_s", "watchdog_rate_hz")
 # Where neither the argument nor the params file sets them: this launch file's defaults (the
 # node's are for training: rate_hz 0, best-effort commands).

@@ -328,13 +328,16 @@ def marked_time_feature(path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("sim_time", [False, True], ids=["", "use_sim_time without /clock"])
 @pytest.mark.parametrize("rate_hz", [0.0, 50.0], ids=["per-observation", "fixed-rate"])
 def test_watchdog_publishes_the_safe_command_when_observations_stop_and_recovers(
-        tmp_path, ros_domain_id, ros_node, rate_hz):
+        tmp_path, ros_domain_id, ros_node, rate_hz, sim_time):
+    """Also with use_sim_time and no /clock (a shared bringup file, a simulator that died): the
+    deploy timers run on the steady clock, so the watchdog and the fixed rate go on."""
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)  # always 0.3 in env units
     timeout, silence = 0.3, 1.0
     graph, rig = start(tmp_path, ros_domain_id, ros_node, model, observation_timeout_s=timeout,
-                       safe_command=[0.5], watchdog_rate_hz=50.0, rate_hz=rate_hz)
+                       safe_command=[0.5], watchdog_rate_hz=50.0, rate_hz=rate_hz, use_sim_time=sim_time)
     obs = np.zeros(4, np.float32)
     with graph:
         actor = rig.actor
@@ -390,6 +393,102 @@ def test_commands_are_clamped(tmp_path, ros_domain_id, ros_node, limits):
         assert rig.spin_until(lambda: len(rig.commands) == 3)
     values = [v for _, v in rig.commands]
     assert values == pytest.approx([bound_high, bound_low, 0.6])
+
+
+def test_action_limits_only_tighten_the_models_bounds():
+    """Either side alone, wider than the model's (ignored), equal (a pinned command), of one value
+    or one per action; of another size, or leaving nothing inside the model's bounds: refused."""
+    from opolo_ros.nodes.actor_params import action_limits, clamp_bounds
+    from opolo_ros.nodes.common import ParameterError
+
+    model_low, model_high = np.array([-3.0, -2.0], np.float32), np.array([3.0, 2.0], np.float32)
+
+    def bounds(low: list, high: list) -> list:
+        return [b.tolist() for b in clamp_bounds(action_limits(low, high), model_low, model_high)]
+
+    assert bounds([], []) == [[-3.0, -2.0], [3.0, 2.0]]
+    assert bounds([-1.0], []) == [[-1.0, -1.0], [3.0, 2.0]]  # the other side stays the model's
+    assert bounds([], [0.5, 1.0]) == [[-3.0, -2.0], [0.5, 1.0]]
+    assert bounds([-10.0], [10.0]) == [[-3.0, -2.0], [3.0, 2.0]]  # limits never widen the bounds
+    assert bounds([0.5], [0.5]) == [[0.5, 0.5], [0.5, 0.5]]  # a pinned command is a limit too
+    assert bounds([-0.5], [0.5, 1.0]) == [[-0.5, -0.5], [0.5, 1.0]]
+    with pytest.raises(ParameterError, match="action_low has 2 values, action_high 3"):
+        action_limits([-1.0, -1.0], [1.0, 1.0, 1.0])
+    with pytest.raises(ParameterError, match="exceeds action_high"):
+        action_limits([1.0], [0.0])
+    with pytest.raises(ValueError, match="parameter 'action_low' has 3 values, the policy has act_dim 2"):
+        clamp_bounds(action_limits([-1.0] * 3, []), model_low, model_high)
+    with pytest.raises(ValueError, match="leave no command inside the model's bounds"):
+        clamp_bounds(action_limits([4.0], [5.0]), model_low, model_high)
+
+
+def test_non_finite_or_unusable_parameters_are_refused(tmp_path, ros_domain_id):
+    """NaN would switch the watchdog or the rate limit off, inf makes a zero-period timer."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    for params, says in [({"observation_timeout_s": NAN}, "'observation_timeout_s' must be a finite"),
+                         ({"watchdog_rate_hz": NAN}, "'watchdog_rate_hz' must be a finite number"),
+                         ({"max_action_rate": NAN}, "'max_action_rate' must be a finite number"),
+                         ({"rate_hz": INF}, "'rate_hz' must be a finite number"),
+                         ({"joint_scale": [1.0, 2.0]}, "'joint_offset' / 'joint_scale' are for JointState"),
+                         ({"joints": JOINTS, "joint_scale": [1.0, 2.0]}, "spec scale must have length 4"),
+                         ({"action_low": [-1.0, -1.0]}, "'action_low' has 2 values, the policy has act_dim")]:
+        spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model), **params})
+        with pytest.raises(ValueError, match=says):
+            GraphRunner([spec], ros_domain_id)
+
+
+def test_joint_state_offset_and_scale_shape_the_observation(tmp_path, ros_domain_id, ros_node):
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, joint_state=True,
+                       joint_offset=[1.0, 0.0, 0.0, 0.0], joint_scale=[2.0, 1.0, 1.0, 0.5],
+                       observation_timeout_s=60.0)
+    with graph:
+        spy = Spy(rig.actor.current.runner)
+        rig.actor.current = dataclasses.replace(rig.actor.current, runner=spy)
+        rig.send(joint_state(JOINTS, [3.0, 0.25], [0.5, 4.0]))
+    np.testing.assert_allclose(spy.inputs[0], [4.0, 0.25, 0.5, 2.0])  # (obs - offset) * scale
+
+
+def unbounded_policy(path: Path) -> Path:
+    """A policy whose output overflows float32 for large inputs: 1e38 * sum(obs)."""
+    import torch
+
+    from opolo_ros.export.onnx_policy import export_policy
+
+    class Net(torch.nn.Module):
+        obs_dim, act_dim = 4, 1
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.k = torch.nn.Parameter(torch.full((1, 4), 1e38), requires_grad=False)
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return obs @ self.k.T
+
+    torch.set_num_threads(1)
+    return export_policy(Net(), path, action_low=-3.0, action_high=3.0, verify=False,
+                         metadata={"env_id": "InvertedPendulum-v5", "version": 0, "source": "test"})
+
+
+def test_an_infinite_policy_output_gets_the_safe_command_not_the_bound(tmp_path, ros_domain_id, ros_node):
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, unbounded_policy(tmp_path / "inf.onnx"),
+                       safe_command=[0.25], observation_timeout_s=60.0)
+    with graph:
+        assert np.isinf(rig.actor.current.runner(np.array([5.0, 0.0, 0.0, 0.0], np.float32))).all()
+        rig.send(m.observation_to_msg(np.array([5.0, 0.0, 0.0, 0.0], np.float32)))
+        rig.send(m.observation_to_msg(np.array([5e-39, 0.0, 0.0, 0.0], np.float32)))  # 0.5: finite
+        assert rig.spin_until(lambda: len(rig.commands) == 2)
+    assert [v for _, v in rig.commands] == pytest.approx([0.25, 1.5], abs=1e-4)  # 0.5 of [-3, 3]
+    assert rig.actor.nonfinite_actions == 1
+
+
+def test_safe_command_outside_the_models_bounds_is_refused_inside_wider_limits(tmp_path, ros_domain_id):
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)  # bounds [-3, 3]
+    spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model),
+                                                  "safe_command": [5.0], "action_low": [-10.0],
+                                                  "action_high": [10.0]})
+    with pytest.raises(ValueError, match=r"safe_command \[5.0\] is outside the action limits \[\[-3.0\], "):
+        GraphRunner([spec], ros_domain_id)
 
 
 def test_safe_command_outside_the_limits_is_refused(tmp_path, ros_domain_id):

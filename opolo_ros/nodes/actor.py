@@ -33,8 +33,11 @@ Deploy safety
       out per observation), logs it once, and goes back to policy commands with the next valid
       observation. The safe command is not rate limited (stopping is never delayed); the rate
       limit ramps from it when the policy takes over again. Also before the first observation.
-    - A non-finite policy output is replaced by the safe command (counted in
-      ``nonfinite_actions``).
+      The deploy timers (watchdog, ``rate_hz``) run on the steady clock: with ``use_sim_time``
+      a ``/clock`` that stops would stop them.
+    - Commands stay within the model's bounds, tightened by ``action_low``/``action_high`` (either
+      side, one value or one per action; limits never widen the bounds). A non-finite policy
+      output (NaN or inf) is replaced by the safe command (counted in ``nonfinite_actions``).
 
 Real-time path (deploy)
     Decode with ``numpy.frombuffer`` (one buffer copy), infer through onnxruntime I/O binding into
@@ -78,6 +81,7 @@ Policies
 from __future__ import annotations
 
 import gc
+import math
 import os
 import queue
 import threading
@@ -89,6 +93,7 @@ from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
+from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8MultiArray
@@ -100,6 +105,8 @@ from opolo_ros.nodes.actor_params import (
     QOS_CHOICES,
     SPIN_MODES,
     action_limits,
+    clamp_bounds,
+    observation_spec,
     vector_parameter,
 )
 from opolo_ros.nodes.actor_runtime import CommandBuffer, LoadedPolicy, tune_process
@@ -164,8 +171,7 @@ class Actor(FinishableNode):
         self._latest_seq: int | None = None  # echo_sequence: the tag of _latest_obs
         self._last_obs_time = time.monotonic()  # no observation yet: stale after the timeout
         self._command: CommandBuffer | None = None
-        self._spec = (m.ObservationSpec(tuple(p["joints"]), tuple(p["joint_fields"]))
-                      if p["joints"] else None)
+        self._spec = observation_spec(p["joints"], p["joint_fields"], p["joint_offset"], p["joint_scale"])
         if self._spec is not None and self.obs_dim and self._spec.obs_dim + self._extra != self.obs_dim:
             raise ParameterError(f"joints x joint_fields give {self._spec.describe_size()}"
                                  + (" + the clock's time feature" if self._extra else "")
@@ -211,10 +217,10 @@ class Actor(FinishableNode):
                 raise ParameterError(f"parameter '{name}' must be one of {choices}, got {p[name]!r}")
         for name in ("seed", "warmup_steps", "exploration_noise", "rate_hz", "watchdog_rate_hz",
                      "max_action_rate"):
-            if p[name] < 0:
-                raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
-        if p["observation_timeout_s"] <= 0:
-            raise ParameterError(f"parameter 'observation_timeout_s' must be > 0, "
+            if not 0 <= p[name] < math.inf:  # NaN too: it would switch the limit or the timer off
+                raise ParameterError(f"parameter '{name}' must be a finite number >= 0, got {p[name]}")
+        if not 0 < p["observation_timeout_s"] < math.inf:
+            raise ParameterError(f"parameter 'observation_timeout_s' must be a finite number > 0, "
                                  f"got {p['observation_timeout_s']}")
         p["joints"] = [j for j in p["joints"] if j]
         self.obs_dim = p["obs_dim"] or None
@@ -267,10 +273,23 @@ class Actor(FinishableNode):
             self.create_subscription(UInt8MultiArray, p["policy_topic"],
                                      self._on_serialized_policy if p["decode_policy_in_loader"]
                                      else self._on_policy, qos_for("policy"), raw=True)
+            if self.mode == "deploy":
+                self.get_logger().warning(
+                    f"deploy mode with subscribe_policy: any participant on this ROS domain can "
+                    f"replace the policy on {p['policy_topic']}; set subscribe_policy:=false on a "
+                    "robot that should run only its model file (deploy.launch.py does)")
+        # Deploy timers run on the steady clock: staleness is measured in wall time, and a watchdog
+        # on a simulated /clock (use_sim_time) would stop with the clock it guards against.
+        steady = Clock(clock_type=ClockType.STEADY_TIME) if self.mode == "deploy" else None
         if self.rate_hz > 0:
-            self.create_timer(1.0 / self.rate_hz, self._on_timer)
+            self.create_timer(1.0 / self.rate_hz, self._on_timer, clock=steady)
         elif self.mode == "deploy" and p["watchdog_rate_hz"] > 0:
-            self.create_timer(1.0 / p["watchdog_rate_hz"], self._on_watchdog)
+            if 1.0 / p["watchdog_rate_hz"] > self.obs_timeout:
+                self.get_logger().warning(
+                    f"watchdog_rate_hz {p['watchdog_rate_hz']:g}: a check every "
+                    f"{1.0 / p['watchdog_rate_hz']:g} s, longer than observation_timeout_s "
+                    f"{self.obs_timeout:g}; stale observations may go unanswered that long")
+            self.create_timer(1.0 / p["watchdog_rate_hz"], self._on_watchdog, clock=steady)
 
     # ------------------------------------------------------------------ policies
     def _on_policy(self, msg: UInt8MultiArray | bytes) -> None:
@@ -374,11 +393,11 @@ class Actor(FinishableNode):
             time.sleep(SAFE_POINT_POLL_S)
 
     def _bounds(self, loaded: LoadedPolicy) -> tuple[np.ndarray, np.ndarray]:
-        """The deploy clamp: `action_low`/`action_high` when set, else the model's bounds."""
-        low, high = self.limits if self.limits is not None else (loaded.low, loaded.high)
-        shape = (loaded.act_dim,)
-        return (np.broadcast_to(np.asarray(low, np.float64), shape).copy(),
-                np.broadcast_to(np.asarray(high, np.float64), shape).copy())
+        """The deploy clamp: the model's bounds, tightened by `action_low`/`action_high`."""
+        try:
+            return clamp_bounds(self.limits, loaded.low, loaded.high)
+        except ValueError as err:
+            raise PolicyLoadError(f"{loaded.origin}: {err}") from None
 
     def _check_safe_command(self, loaded: LoadedPolicy) -> None:
         """The safe command must fit the model's action size and the limits in force."""
@@ -599,19 +618,19 @@ class Actor(FinishableNode):
         rate limit's next reference, as the watchdog's is, and the first command ramps from the
         safe command (set as the reference when the command buffer is made).
         Few numpy calls (each costs a microsecond or more at act_dim 1..20): float64 bounds
-        computed at install, NaN found through the sum (clip has removed every inf), the last
-        command kept only when the rate limit needs it.
+        computed at install, NaN and inf found through the sum (before the clip, which would turn
+        an inf into a full-range command), the last command kept only when the rate limit needs it.
         """
         out = command.values
-        np.clip(action, *current.bounds, out=out)
-        total = out.sum()
-        if total != total:  # NaN survives clip
+        if not math.isfinite(float(action.sum())):  # NaN or inf anywhere (before clip hides an inf)
             self.nonfinite_actions += 1
             self.get_logger().error("the policy returned a non-finite action: safe command instead",
                                     throttle_duration_sec=LOG_THROTTLE_S)
             out[:] = self.safe
             command.remember(now)
-        elif self.max_action_rate > 0:
+            return
+        np.clip(action, *current.bounds, out=out)
+        if self.max_action_rate > 0:
             if command.previous_time is not None:
                 step = self.max_action_rate * min(now - command.previous_time, 1.0)
                 previous = command.previous

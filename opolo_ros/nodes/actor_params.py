@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from opolo_ros.nodes.common import ParameterError
+from opolo_ros.ros import messages as m
 
 MODES = ("train", "deploy")
 QOS_CHOICES = ("best_effort", "reliable")
@@ -40,6 +41,10 @@ PARAMETERS: dict[str, tuple] = {
                                    "(what ros2_control's forward_command_controller requires)"),
     "joints": ([""], "JointState input: joint names in the policy's order; [''] = array input"),
     "joint_fields": (["position", "velocity"], "JointState fields concatenated per joint list"),
+    "joint_offset": ([], "JointState input: subtracted from the observation (one value per "
+                         "observation entry, in the order joints x joint_fields); [] = none"),
+    "joint_scale": ([], "JointState input: multiplies the observation after the offset (as "
+                        "joint_offset); [] = none"),
     "rate_hz": (0.0, "publish at this fixed rate from the newest observation; 0 = per observation"),
     "time_feature_clock": (0, "deploy, a model trained with time_feature: true: T > 0 = the actor "
                               "appends 1 - t/T itself (t = commands since the clock started, "
@@ -55,9 +60,10 @@ PARAMETERS: dict[str, tuple] = {
                                "observations and repeats the safe command; 0 = no watchdog"),
     "rejected_topic": ("~/rejected_observations", "count of observations dropped as non-finite or "
                                                   "of the wrong length (std_msgs/Int64); '' = none"),
-    "action_low": ([0.0], "deploy safety limits (lower); [] or [0.0] with action_high [0.0] = "
-                          "the model's bounds"),
-    "action_high": ([0.0], "deploy safety limits (upper)"),
+    "action_low": ([], "deploy safety limits (lower), one value or act_dim values: commands stay "
+                       "within these and the model's bounds (limits only tighten them); [] = the "
+                       "model's"),
+    "action_high": ([], "deploy safety limits (upper), as action_low"),
     "max_action_rate": (0.0, "deploy: largest change of any command per second; 0 = unlimited"),
     "executor": ("events", "executor of the actor's own process: events (rclpy EventsExecutor) "
                            "or single (SingleThreadedExecutor)"),
@@ -100,11 +106,51 @@ def vector_parameter(name: str, values: list) -> np.ndarray:
     return x
 
 
-def action_limits(low_values: list, high_values: list) -> tuple[np.ndarray, np.ndarray] | None:
-    low = vector_parameter("action_low", low_values)
-    high = vector_parameter("action_high", high_values)
-    if low.shape != high.shape or low.size == 0 or np.all(low == high):
+def observation_spec(joints: list, fields: list, offset: list, scale: list) -> m.ObservationSpec | None:
+    """The JointState input's spec (None without `joints`: array input); ParameterError if bad."""
+    if not joints:
+        if len(offset) or len(scale):
+            raise ParameterError("parameters 'joint_offset' / 'joint_scale' are for JointState input "
+                                 "(set 'joints')")
         return None
+    values = {name: vector_parameter(name, given) if len(given) else None
+              for name, given in (("joint_offset", offset), ("joint_scale", scale))}
+    try:
+        return m.ObservationSpec(tuple(joints), tuple(fields), offset=values["joint_offset"],
+                                 scale=values["joint_scale"])
+    except ValueError as err:
+        raise ParameterError(f"joints / joint_fields / joint_offset / joint_scale: {err}") from None
+
+
+def action_limits(low_values: list, high_values: list) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """`action_low` / `action_high` as arrays, None for a side left empty (the model's bound)."""
+    low = vector_parameter("action_low", low_values) if len(low_values) else None
+    high = vector_parameter("action_high", high_values) if len(high_values) else None
+    if low is not None and high is not None:
+        if low.size != high.size and 1 not in (low.size, high.size):
+            raise ParameterError(f"action_low has {low.size} values, action_high {high.size}: give "
+                                 "one value or one per action for each")
+        if np.any(low > high):
+            raise ParameterError(f"action_low {low.tolist()} exceeds action_high {high.tolist()}")
+    return low, high
+
+
+def clamp_bounds(limits: tuple[np.ndarray | None, np.ndarray | None], model_low: np.ndarray,
+                 model_high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds commands are clamped to: the model's, tightened by the parameters' limits.
+    ValueError (with the parameter's name) for limits of another size or outside the model's."""
+    act_dim = model_low.size
+    low, high = np.asarray(model_low, np.float64).copy(), np.asarray(model_high, np.float64).copy()
+    for name, given, tighten in (("action_low", limits[0], np.maximum),
+                                 ("action_high", limits[1], np.minimum)):
+        if given is None:
+            continue
+        if given.size not in (1, act_dim):
+            raise ValueError(f"parameter '{name}' has {given.size} values, the policy has act_dim "
+                             f"{act_dim}")
+        target = low if name == "action_low" else high
+        tighten(target, np.broadcast_to(given, (act_dim,)), out=target)
     if np.any(low > high):
-        raise ParameterError(f"action_low {low.tolist()} exceeds action_high {high.tolist()}")
+        raise ValueError(f"action limits [{limits[0]}, {limits[1]}] leave no command inside the model's "
+                         f"bounds [{model_low.tolist()}, {model_high.tolist()}]")
     return low, high
