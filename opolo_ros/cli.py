@@ -14,7 +14,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides, read_yaml, run_section
+from opolo_ros.algo.config import (
+    SEED_MAX,
+    RunConfig,
+    load_run_config,
+    merge_overrides,
+    read_yaml,
+    run_section,
+)
 from opolo_ros.errors import one_line
 
 COMMAND_OF_ALGO = {"opolo": "train", "td3": "train-expert"}
@@ -105,10 +112,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from opolo_ros.train.direct import export_checkpoint
 
-    checkpoint = Path(args.checkpoint)
-    if Path(args.output).is_dir():
+    checkpoint, output = Path(args.checkpoint), Path(args.output)
+    if output.is_dir():
         raise ValueError(f"output {args.output} is a folder; give the ONNX file to write, e.g. "
-                         f"{Path(args.output) / 'policy.onnx'}")
+                         f"{output / 'policy.onnx'}")
+    if output.exists() and (output.suffix != ".onnx" or
+                            (checkpoint.exists() and output.resolve() == checkpoint.resolve())):
+        raise ValueError(f"output {args.output} exists and is no ONNX file to replace (the checkpoint "
+                         "or another file of the run?); give a .onnx path")
     if args.config is None:  # the run's own config, which its folder keeps next to the checkpoint
         saved = checkpoint.parent / "config.yaml"
         if not saved.is_file():
@@ -176,8 +187,8 @@ def seed_value(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be in 0..{SEED_MAX}, got {value}")
     return value
 
 

@@ -31,6 +31,13 @@ def test_export_takes_the_config_next_to_the_checkpoint(tmp_path: Path, monkeypa
     assert cli.main(["export", str(run / "checkpoint.pt"), str(tmp_path / "far.onnx")]) == 0
     assert load_policy(tmp_path / "far.onnx").metadata.training_step == 300
 
+    capsys.readouterr()  # an output that is the checkpoint itself (or any file but an .onnx) is refused
+    before = (run / "checkpoint.pt").read_bytes()
+    for output in (run / "checkpoint.pt", run / "config.yaml"):
+        assert cli.main(["export", str(run / "checkpoint.pt"), str(output)]) == 2
+        assert "exists and is no ONNX file to replace" in capsys.readouterr().err
+    assert (run / "checkpoint.pt").read_bytes() == before
+
     (run / "config.yaml").unlink()
     capsys.readouterr()
     assert cli.main(["export", str(run / "checkpoint.pt"), str(tmp_path / "again.onnx")]) == 2

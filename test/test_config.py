@@ -38,6 +38,8 @@ def test_yaml_and_overrides(tmp_path):
     ("schedule: [1, 2]\n", "config 'schedule': expected a mapping"),
     ("env_id: [unclosed\n", "not valid YAML"),
     ("learner: 5\n", "section 'learner' must hold a 'ros__parameters' mapping"),
+    ("schedule:\n  warmup_steps: 5\nseed: 1\nschedule:\n  batch_size: 8\n",  # the first block dropped
+     r"duplicate key 'schedule' \(line 4\)"),
     ("/**:\n  ros__parameters: {seed: 1}\nlearner: [1]\n", "section 'learner' must hold a 'ros__parameters'"),
 ])
 def test_bad_yaml_gives_clear_errors(tmp_path, text, match):
@@ -68,6 +70,27 @@ def test_missing_file_and_bad_override(tmp_path):
     ("seed=-1", r"'seed': must not be negative"),  # Gymnasium would refuse it deep in the first reset
     ("schedule.exploration_noise=-0.1", r"'schedule.exploration_noise': must not be negative"),
     ("schedule.buffer_size=0", r"'schedule.buffer_size': must be at least 1"),
+    # session 15 (a probe): each of these ran to the end with exit 0, learning from meaningless values
+    ("opolo.gamma=1.5", r"'opolo.gamma': must be between 0 and 1 \(exclusive\), got 1.5"),
+    ("td3.gamma=0", r"'td3.gamma': must be between 0 and 1"),
+    ("opolo.tau=.nan", r"'opolo.tau': must be in \(0, 1\], got nan"),
+    ("opolo.lr=.inf", r"'opolo.lr': must be a finite number > 0, got inf"),
+    ("td3.lr=0", r"'td3.lr': must be a finite number > 0"),
+    ("opolo.lam=-1", r"'opolo.lam': must be a finite number >= 0"),
+    ("td3.target_noise_clip=-0.5", r"'td3.target_noise_clip': must be a finite number >= 0"),
+    ("opolo.f_q=1", r"'opolo.f_q': must be a finite number > 1"),
+    ("opolo.norm_std_floor=0", r"'opolo.norm_std_floor': must be a finite number > 0"),
+    ("opolo.reward_eps_low=2", r"'opolo.reward_eps_low' / 'opolo.reward_eps_high': each in \[0, 1\)"),
+    ("schedule.exploration_noise=.inf", r"'schedule.exploration_noise': must be a finite number >= 0"),
+    ("stop_at_return=-.inf", r"'stop_at_return': must be a finite return, or .inf \(off\)"),
+    ("stop_at_return=.nan", r"'stop_at_return': must be a finite return"),
+    ("demos_episode_gap_s=.nan", r"'demos_episode_gap_s': must be > 0 seconds"),
+    ("total_steps=.inf", r"'total_steps': expected an integer, got inf"),  # was an OverflowError
+    ("opolo.net.hidden=[0]", r"'opolo.net.hidden': expected a list of positive integers, got \[0\]"),
+    ("opolo.net.hidden=[true]", r"'opolo.net.hidden': expected a list of positive integers"),
+    ("seed=4294967296", r"'seed': must be at most 4294967295"),
+    ("torch_threads=100000", r"'torch_threads': must be at most 256"),  # segfaulted the learner
+    ("run_dir=''", r"'run_dir': must name a folder"),  # ran in the working folder, over its config.yaml
 ])
 def test_values_no_run_can_use_are_refused(override, match):
     with pytest.raises(ValueError, match=match):

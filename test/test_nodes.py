@@ -487,12 +487,30 @@ def test_bridge_resends_when_progress_is_always_late(ros_domain_id, ros_node):
     ({"replay_batch": 0}, r"'replay_batch' must be >= 1, got 0"),
     ({"rate_hz": -1.0}, r"'rate_hz' must be a finite number >= 0, got -1.0"),
     ({"time_scale": float("nan")}, r"'time_scale' must be a finite number > 0, got nan"),
-    ({"action_timeout_s": float("nan")}, r"'action_timeout_s' must be a finite number > 0"),
-    ({"learner_timeout_s": float("nan")}, r"'learner_timeout_s' must be a finite number > 0"),
+    ({"action_timeout_s": float("nan")}, r"'action_timeout_s' must be a finite number >= 0.001"),
+    ({"learner_timeout_s": float("nan")}, r"'learner_timeout_s' must be a finite number >= 0.001"),
+    ({"action_timeout_s": 1e-9}, r"'action_timeout_s' must be a finite number >= 0.001, got 1e-09"),
+    ({"report_period_s": float("nan")}, r"'report_period_s' must be a finite number >= 0, got nan"),
+    ({"seed": 2**32}, r"'seed' must be at most 4294967295, got 4294967296"),
     ({"mode": "realtime", "rate_hz": 1e-12}, r"real-time step rate 1e-12 Hz .* is outside 1e-3..1e5 Hz"),
 ])
 def test_bridge_refuses_parameters_it_cannot_run_with_naming_them(ros_domain_id, params, match):
     spec = NodeSpec("sim_bridge", "sim_bridge", parameters={"env_id": ENV, **params})
+    with pytest.raises(ValueError, match=match):
+        GraphRunner([spec], ros_domain_id)
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"demo_settle_s": float("nan")}, r"'demo_settle_s' must be a finite number >= 0, got nan"),  # hung
+    ({"replay_gap_timeout_s": float("nan")}, r"'replay_gap_timeout_s' must be a finite number >= 0"),
+    ({"progress_period_s": float("inf")}, r"'progress_period_s' must be a finite number >= 0.001, got inf"),
+    ({"progress_period_s": 1e-12}, r"'progress_period_s' must be a finite number >= 0.001"),
+    ({"policy_every": -1}, r"'policy_every' must be >= 0, got -1"),
+    ({"opolo.lr": float("nan")}, r"config 'opolo.lr': must be a finite number > 0, got nan"),
+])
+def test_learner_refuses_parameters_it_cannot_run_with_naming_them(tmp_path, ros_domain_id, params, match):
+    spec = NodeSpec("learner", "learner", parameters={"env_id": ENV, "run_dir": str(tmp_path / "run"),
+                                                      "progress": False, **params})
     with pytest.raises(ValueError, match=match):
         GraphRunner([spec], ros_domain_id)
 

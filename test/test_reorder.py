@@ -88,5 +88,6 @@ def test_the_wait_restarts_for_the_next_gap():
 def test_timeout_zero_never_waits():
     reorder, _ = buffer({7: 1}, timeout=0.0)
     assert seqs(reorder.push(batch(5))) == [5]
-    with pytest.raises(ValueError, match="timeout"):
-        ReorderBuffer(-1.0, {}.get)
+    for bad in (-1.0, float("nan"), float("inf")):  # NaN: a gap would be waited for for ever
+        with pytest.raises(ValueError, match="timeout"):
+            ReorderBuffer(bad, {}.get)

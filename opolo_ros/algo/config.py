@@ -170,7 +170,8 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
             raise ValueError(f"config '{name}': expected true/false, got {value!r}")
         return value
     if isinstance(current, int):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or int(value) != value:
             raise ValueError(f"config '{name}': expected an integer, got {value!r}")
         return int(value)
     if isinstance(current, float):
@@ -182,9 +183,10 @@ def _coerce(value: Any, current: Any, name: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"config '{name}': expected a number, got {value!r}")
         return float(value)
-    if isinstance(current, tuple):
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) for v in value):
-            raise ValueError(f"config '{name}': expected a list of integers, got {value!r}")
+    if isinstance(current, tuple):  # layer sizes
+        if not isinstance(value, (list, tuple)) or not value or \
+                not all(type(v) is int and v >= 1 for v in value):
+            raise ValueError(f"config '{name}': expected a list of positive integers, got {value!r}")
         return tuple(value)
     if isinstance(current, str):
         if not isinstance(value, str):
@@ -273,13 +275,30 @@ def check_parameter_names(names: Iterable[str], known: Collection[str], where: s
         raise ValueError(f"{where}: unknown key '{name}', not a parameter of {who}{hint}")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently: a second ``schedule:`` block would drop the first's settings)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: str | Path, what: str = "config file") -> Any:
-    """A YAML file's content, with one-line errors for a missing file or malformed YAML."""
+    """A YAML file's content, with one-line errors for a missing file, malformed YAML or a key given
+    twice in one mapping."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: {path}")
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"{what} {path} is not valid YAML: {exc}") from None
     except UnicodeDecodeError:
@@ -351,6 +370,48 @@ NON_NEGATIVE_KEYS = ("seed", "eval_every", "checkpoint_every", "export_every", "
                      "schedule.inverse_steps", "schedule.gradient_steps", "schedule.exploration_noise")
 
 
+# Ranges of the float hyper-parameters (each also finite, unless said): (low, high, what is allowed)
+OPEN_UNIT_KEYS = ("opolo.gamma", "td3.gamma")  # 0 < x < 1
+RATE_KEYS = ("opolo.tau", "td3.tau")  # 0 < x <= 1
+POSITIVE_FLOAT_KEYS = ("opolo.lr", "opolo.disc_lr", "opolo.inverse_lr", "td3.lr", "opolo.norm_std_floor")
+NON_NEGATIVE_FLOAT_KEYS = ("opolo.alpha", "opolo.lam", "opolo.disc_entropy_coef", "opolo.disc_gp_coef",
+                           "opolo.inverse_l2", "td3.target_noise", "td3.target_noise_clip")
+MAX_TORCH_THREADS = 256
+SEED_MAX = 2**32 - 1  # numpy's and Gymnasium's
+
+
+def _check_floats(values: Mapping[str, Any]) -> None:
+    def bad(key: str, rule: str) -> ValueError:
+        return ValueError(f"config '{key}': must be {rule}, got {values[key]!r}")
+
+    for key in OPEN_UNIT_KEYS:
+        if not 0 < values[key] < 1:
+            raise bad(key, "between 0 and 1 (exclusive)")
+    for key in RATE_KEYS:
+        if not 0 < values[key] <= 1:
+            raise bad(key, "in (0, 1]")
+    for key in POSITIVE_FLOAT_KEYS:
+        if not 0 < values[key] < math.inf:
+            raise bad(key, "a finite number > 0")
+    for key in NON_NEGATIVE_FLOAT_KEYS:
+        if not 0 <= values[key] < math.inf:
+            raise bad(key, "a finite number >= 0")
+    if not 1 < values["opolo.f_q"] < math.inf:
+        raise bad("opolo.f_q", "a finite number > 1 (the p/q family's q)")
+    if not values["opolo.residual_clip"] > 0:
+        raise bad("opolo.residual_clip", "> 0 (.inf: no clip)")
+    low, high = values["opolo.reward_eps_low"], values["opolo.reward_eps_high"]
+    if not (0 <= low < 1 and 0 <= high < 1 and low + high < 1):
+        raise ValueError(f"config 'opolo.reward_eps_low' / 'opolo.reward_eps_high': each in [0, 1) "
+                         f"and their sum < 1 (D is clipped to [low, 1 - high]), got {low!r}, {high!r}")
+    if not 0 <= values["schedule.exploration_noise"] < math.inf:
+        raise bad("schedule.exploration_noise", "a finite number >= 0")
+    if not values["demos_episode_gap_s"] > 0:
+        raise bad("demos_episode_gap_s", "> 0 seconds (.inf: no gap rule)")
+    if not (math.isfinite(values["stop_at_return"]) or values["stop_at_return"] == math.inf):
+        raise bad("stop_at_return", "a finite return, or .inf (off)")
+
+
 def check_run_config(cfg: RunConfig) -> None:
     """ValueError (one line, naming the key) for values no run can use; the schedule's frequencies
     are checked where it is built (:class:`opolo_ros.algo.schedule.Schedule`)."""
@@ -361,6 +422,14 @@ def check_run_config(cfg: RunConfig) -> None:
     for key in NON_NEGATIVE_KEYS:
         if not values[key] >= 0:
             raise ValueError(f"config '{key}': must not be negative, got {values[key]!r}")
+    if cfg.seed > SEED_MAX:
+        raise ValueError(f"config 'seed': must be at most {SEED_MAX}, got {cfg.seed}")
+    if cfg.torch_threads > MAX_TORCH_THREADS:
+        raise ValueError(f"config 'torch_threads': must be at most {MAX_TORCH_THREADS} (0 = torch's "
+                         f"default), got {cfg.torch_threads}")
+    if not cfg.run_dir.strip():
+        raise ValueError("config 'run_dir': must name a folder (empty would be the working folder)")
+    _check_floats(values)
     if math.isfinite(cfg.stop_at_return) and cfg.eval_every <= 0:
         raise ValueError(f"config 'stop_at_return' ({cfg.stop_at_return:g}) needs evaluations: "
                          "set 'eval_every' > 0")

@@ -51,6 +51,7 @@ them to the policy's [-1, 1] units with the task's action bounds.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -101,6 +102,7 @@ PARAMETERS = LEARNER_PARAMETERS
 
 
 LOG_THROTTLE_S = 1.0
+MIN_PERIOD_S = 1e-3  # a timer period below this is a busy loop
 ACTION_TOLERANCE = 1e-3  # of half an action range: float32 rounding of a clipped action, not more
 
 
@@ -150,10 +152,14 @@ class Learner(FinishableNode):
         except ValueError as err:
             raise ParameterError(str(err)) from None
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
-        if p["policy_every"] < 0 or p["demo_settle_s"] < 0 or p["progress_period_s"] <= 0 \
-                or p["replay_gap_timeout_s"] < 0:
-            raise ParameterError("policy_every >= 0, demo_settle_s >= 0, progress_period_s > 0 and "
-                                 "replay_gap_timeout_s >= 0 required")
+        if p["policy_every"] < 0:
+            raise ParameterError(f"parameter 'policy_every' must be >= 0, got {p['policy_every']}")
+        # `not 0 <= x < inf` refuses NaN too, which would make a wait never end
+        for name, least in (("demo_settle_s", 0.0), ("replay_gap_timeout_s", 0.0),
+                            ("progress_period_s", MIN_PERIOD_S)):
+            if not least <= p[name] < math.inf:
+                raise ParameterError(f"parameter '{name}' must be a finite number >= {least:g}, "
+                                     f"got {p[name]}")
         return cfg, p
 
     @property

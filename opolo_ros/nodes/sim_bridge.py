@@ -74,6 +74,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, Int64, Int64MultiArray
 
+from opolo_ros.algo.config import SEED_MAX
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
@@ -85,6 +86,7 @@ POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
 EPISODE_RETURN_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MODES = ("lockstep", "realtime")
+MIN_TIMEOUT_S = 1e-3  # a shorter one makes its timer a busy loop (re-sends every few microseconds)
 TAGS_KEPT = 1000  # realtime: published observations a command can still be matched to
 
 
@@ -225,15 +227,20 @@ class SimBridge(FinishableNode):
         for name in ("seed", "max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps"):
             if p[name] < 0:
                 raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
+        if p["seed"] > SEED_MAX:
+            raise ParameterError(f"parameter 'seed' must be at most {SEED_MAX}, got {p['seed']}")
         if p["replay_batch"] < 1:
             raise ParameterError(f"parameter 'replay_batch' must be >= 1, got {p['replay_batch']}")
         # `not x > 0` also refuses NaN, which every comparison would let through
-        for name, least in (("action_timeout_s", 0.0), ("learner_timeout_s", 0.0), ("time_scale", 0.0),
-                            ("rate_hz", None), ("learner_wait_s", None)):
+        # (name, least, whether least itself is refused); NaN fails both comparisons
+        for name, least, strict in (("action_timeout_s", MIN_TIMEOUT_S, False),
+                                    ("learner_timeout_s", MIN_TIMEOUT_S, False), ("time_scale", 0.0, True),
+                                    ("rate_hz", 0.0, False), ("learner_wait_s", 0.0, False),
+                                    ("report_period_s", 0.0, False)):
             value = p[name]
-            if not (math.isfinite(value) and (value > least if least is not None else value >= 0)):
-                rule = "> 0" if least is not None else ">= 0"
-                raise ParameterError(f"parameter '{name}' must be a finite number {rule}, got {value}")
+            if not (math.isfinite(value) and (value > least if strict else value >= least)):
+                raise ParameterError(f"parameter '{name}' must be a finite number "
+                                     f"{'>' if strict else '>='} {least:g}, got {value}")
         self.learner_timeout = p["learner_timeout_s"]
         self.learner_wait = p["learner_wait_s"]
         self.flow_control = p["mode"] == "lockstep" and p["flow_control"] and p["publish_replay"]

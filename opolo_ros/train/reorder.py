@@ -13,6 +13,7 @@ without the missing ones. No ROS in here.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -30,8 +31,8 @@ class ReorderBuffer:
 
     def __init__(self, timeout_s: float, last_seq: Callable[[int], int | None],
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if timeout_s < 0:
-            raise ValueError(f"replay gap timeout must be >= 0, got {timeout_s}")
+        if not 0 <= timeout_s < math.inf:  # NaN too: a gap would be waited for for ever
+            raise ValueError(f"replay gap timeout must be a finite number >= 0, got {timeout_s}")
         self.timeout_s, self._last_seq, self._clock = timeout_s, last_seq, clock
         self._next: dict[int, int] = {}  # source -> next seq to release
         self._held: dict[int, dict[int, ReplayBatch]] = {}  # source -> seq -> batch
