@@ -62,6 +62,22 @@ def _int_or(args: dict, name: str, fallback: object, where: str) -> int:
     return typed_value(fallback, int, where)
 
 
+def _check_episode_length(cfg, bridge_file: dict) -> None:
+    """With the time feature, the bridge's episode length must be the learner's: the feature is
+    1 - t/T with the task's T in the demonstrations and the learner's evaluation."""
+    steps = bridge_file.get("max_episode_steps", 0)
+    if not cfg.time_feature or not isinstance(steps, int) or steps <= 0:
+        return
+    from opolo_ros.sim.tasks import make_task_env, max_steps_of
+
+    task_steps = max_steps_of(make_task_env(cfg.env_id))
+    if steps != task_steps:
+        raise ValueError(f"parameter sim_bridge.max_episode_steps ({steps}) with time_feature: the "
+                         f"bridge's time feature would be 1 - t/{steps}, the learner's (demonstrations, "
+                         f"evaluation) 1 - t/{task_steps}, the task's limit; leave it 0 or turn "
+                         "time_feature off")
+
+
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import flatten, to_dict
@@ -91,6 +107,7 @@ def describe(args: dict) -> list:
     policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")
                            or default_policy_every(cfg.schedule.train_freq), "parameter learner.policy_every")
     max_ahead = _int_or(args, "max_ahead", bridge_file.get("max_ahead", 0), "parameter sim_bridge.max_ahead")
+    _check_episode_length(cfg, bridge_file)
     shared = {"env_id": cfg.env_id, "seed": cfg.seed}
     return [
         NodeSpec("demo_player", "demo_player", namespace=ns, parameters={

@@ -187,8 +187,10 @@ def seed_value(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if not 0 <= value <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"must be in 0..{SEED_MAX}, got {value}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    if value > SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be at most {SEED_MAX}, got {value}")
     return value
 
 

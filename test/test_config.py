@@ -91,6 +91,7 @@ def test_missing_file_and_bad_override(tmp_path):
     ("seed=4294967296", r"'seed': must be at most 4294967295"),
     ("torch_threads=100000", r"'torch_threads': must be at most 256"),  # segfaulted the learner
     ("run_dir=''", r"'run_dir': must name a folder"),  # ran in the working folder, over its config.yaml
+
 ])
 def test_values_no_run_can_use_are_refused(override, match):
     with pytest.raises(ValueError, match=match):

@@ -192,6 +192,23 @@ def test_sim_train_resume_is_the_files_unless_given(tmp_path):
     assert learner_resume("resume:=false") is False
 
 
+def test_sim_train_refuses_a_bridge_episode_length_that_breaks_the_time_feature(tmp_path):
+    """time_feature with the bridge's own max_episode_steps: the bridge's feature would be 1 - t/200,
+    the demonstrations' and the learner's evaluation's 1 - t/1000 (a probe found it accepted)."""
+    pytest.importorskip("rclpy")
+    sections = yaml.safe_load((ROOT / "config" / "hopper.yaml").read_text())
+    assert sections["learner"]["ros__parameters"]["time_feature"] is True
+    sections.setdefault("sim_bridge", {"ros__parameters": {}})["ros__parameters"]["max_episode_steps"] = 200
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(sections))
+    with pytest.raises(ValueError, match=r"sim_bridge.max_episode_steps \(200\) with time_feature: the "
+                                         r"bridge's time feature would be 1 - t/200, .* 1 - t/1000"):
+        lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"])
+    sections["sim_bridge"]["ros__parameters"]["max_episode_steps"] = 1000  # the task's own: fine
+    path.write_text(yaml.safe_dump(sections))
+    lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"])
+
+
 def test_node_parameters_precedence_and_namespaces(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({

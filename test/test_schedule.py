@@ -34,3 +34,22 @@ def test_td3_and_opolo_x_skip_adversarial_parts():
 def test_rejects_non_positive_frequencies():
     with pytest.raises(ValueError, match="train_freq"):
         Schedule(ScheduleConfig(train_freq=0))
+
+
+def test_a_run_too_short_for_any_gradient_step_is_warned_of():
+    """total_steps below the warm-up (10k by default) trained nothing and said nothing."""
+    from opolo_ros.algo.config import load_run_config
+    from opolo_ros.train.runner import make_schedule, untrained_warning
+
+    def warning(values: dict) -> str | None:
+        cfg = load_run_config(None, values)
+        return untrained_warning(cfg, make_schedule(cfg))
+
+    assert warning({"total_steps": 5000}).startswith("total_steps 5000: no gradient step will run; the "
+                                                     "first comes at 10000 env steps")
+    cfg = {"total_steps": 249, "schedule": {"warmup_steps": 210, "train_freq": 50}}
+    assert "the first comes at 250" in warning(cfg)  # the first multiple of train_freq
+    cfg["total_steps"] = 250
+    assert warning(cfg) is None
+    schedule = make_schedule(load_run_config(None, cfg))
+    assert schedule.first_update() == 250 and schedule.plan(250).critic > 0 and schedule.plan(249).critic == 0

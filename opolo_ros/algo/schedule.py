@@ -40,6 +40,12 @@ class Schedule:
         """Whether the action for env step `env_step` (0-based) is uniform random (warm-up)."""
         return env_step < self.cfg.warmup_steps
 
+    def first_update(self) -> int:
+        """The env step count at which the first critic step comes (what :meth:`plan` gives)."""
+        c = self.cfg
+        start = max(c.warmup_steps, c.batch_size)
+        return -(-start // c.train_freq) * c.train_freq
+
     def plan(self, env_steps_done: int) -> Plan:
         """Updates due once `env_steps_done` transitions are in the replay buffer."""
         c = self.cfg

@@ -52,7 +52,7 @@ from opolo_ros.train.checkpoint import (
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runfolder import set_aside_previous_run
 from opolo_ros.train.runlock import RunFolderLock
-from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
+from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -319,6 +319,9 @@ class DirectTrainer:
         tqdm.write(f"warning: {text}", file=sys.stderr)
 
     def train(self, resume: bool = True) -> TrainResult:
+        untrained = untrained_warning(self.cfg, self.schedule)
+        if untrained:
+            self._warn(untrained)
         lock = RunFolderLock(self.run_dir).acquire()
         try:
             return self._train(resume)

@@ -57,6 +57,18 @@ def make_schedule(cfg: RunConfig) -> Schedule:
     return Schedule(cfg.schedule, adversarial=adversarial, use_inverse=adversarial and cfg.opolo.lam > 0)
 
 
+def untrained_warning(cfg: RunConfig, schedule: Schedule) -> str | None:
+    """What to warn of when no gradient step would run in the whole run (a policy that stays the
+    random initial one, which nothing else would say), else None."""
+    if schedule.first_update() <= cfg.total_steps:
+        return None
+    s = cfg.schedule
+    return (f"total_steps {cfg.total_steps}: no gradient step will run; the first comes at "
+            f"{schedule.first_update()} env steps (after max(schedule.warmup_steps, schedule.batch_size)"
+            f" = {max(s.warmup_steps, s.batch_size)}, at a multiple of schedule.train_freq, "
+            f"{s.train_freq}): the policy stays untrained")
+
+
 class UpdateRunner:
     def __init__(self, learner: Learner, schedule: Schedule, replay: ReplayBuffer,
                  experts: ExpertDataset | None) -> None:

@@ -58,7 +58,7 @@ from opolo_ros.train.direct import (
 from opolo_ros.train.logger import RunLogger
 from opolo_ros.train.runfolder import set_aside_previous_run
 from opolo_ros.train.runlock import RunFolderLock
-from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
+from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
 CHECKPOINT_SOURCE = "learner node"
@@ -151,6 +151,9 @@ class StreamTrainer:
         # after the restore: a checkpoint refused for this config keeps the config it was written with
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self._backlog = self._open_journal(journal, journal_fsync, resume)
+        untrained = untrained_warning(cfg, self.schedule)
+        if untrained:
+            self.hooks.log.warning(untrained)
         if math.isfinite(cfg.stop_at_return) and is_mjcf(cfg.env_id):
             self.hooks.log.warning(f"stop_at_return={cfg.stop_at_return:g} has no effect: an MJCF task "
                                    "has no return to evaluate")
