@@ -70,7 +70,9 @@ def _check_episode_length(cfg, bridge_file: dict) -> None:
         return
     from opolo_ros.sim.tasks import make_task_env, max_steps_of
 
-    task_steps = max_steps_of(make_task_env(cfg.env_id))
+    env = make_task_env(cfg.env_id)
+    task_steps = max_steps_of(env)
+    env.close()
     if steps != task_steps:
         raise ValueError(f"parameter sim_bridge.max_episode_steps ({steps}) with time_feature: the "
                          f"bridge's time feature would be 1 - t/{steps}, the learner's (demonstrations, "

@@ -416,6 +416,9 @@ def test_action_limits_only_tighten_the_models_bounds():
         action_limits([-1.0, -1.0], [1.0, 1.0, 1.0])
     with pytest.raises(ParameterError, match="exceeds action_high"):
         action_limits([1.0], [0.0])
+    assert bounds(-1.0, []) == [[-1.0, -1.0], [3.0, 2.0]]  # a YAML scalar is one value (was a TypeError)
+    with pytest.raises(ParameterError, match="'action_high' must be a list of numbers, got 'x'"):
+        action_limits([], "x")
     with pytest.raises(ValueError, match="parameter 'action_low' has 3 values, the policy has act_dim 2"):
         clamp_bounds(action_limits([-1.0] * 3, []), model_low, model_high)
     with pytest.raises(ValueError, match="leave no command inside the model's bounds"):

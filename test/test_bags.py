@@ -195,7 +195,8 @@ def test_folder_of_bags_in_number_order_and_nothing_skipped(tmp_path: Path) -> N
     storage file beside the bags is an error naming it, not silently left out."""
     for k in (10, 2):
         write_demonstrations(tmp_path / "all" / f"run_{k}", _episodes(lengths=(k,), seed=k))
-    assert [len(ep.obs) for ep in read_demonstrations(tmp_path / "all")] == [2, 10]
+    write_demonstrations(tmp_path / "all" / "run_11.mcap", _episodes(lengths=(11,)))  # a bag folder so named
+    assert [len(ep.obs) for ep in read_demonstrations(tmp_path / "all")] == [2, 10, 11]
     broken = write_demonstrations(tmp_path / "all" / "run_3", _episodes(lengths=(3,)))
     (broken / "metadata.yaml").unlink()
     with pytest.raises(BagError, match=r"no metadata.yaml \['run_3'\].*reindex"):
@@ -456,6 +457,10 @@ def test_error_episode_shorter_than_two_states(tmp_path: Path) -> None:
     with pytest.raises(BagError):
         read_demonstrations(bag, episode_gap_s=-1)
     assert len(read_demonstrations(bag, episode_gap_s=1e300)) == 1  # no gap rule (not an OverflowError)
+    slow = [(SEC + k * SEC, _multiarray(F32, [float(k), 0.0])) for k in range(4)]  # 1 Hz, 0.5 s gap
+    with pytest.raises(BagError, match=r"message 0 has 1 observation.* \(it ended at a gap of 1 s, more "
+                                       r"than the episode gap 0.5 s"):
+        read_demonstrations(_write_stream(tmp_path / "slow", {"/obs": (F32, slow)}))
 
 
 def test_error_time_stamps_that_do_not_increase(tmp_path: Path) -> None:

@@ -49,6 +49,17 @@ def test_bad_yaml_gives_clear_errors(tmp_path, text, match):
         load_run_config(p)
 
 
+def test_yaml_merge_keys_still_work_beside_the_duplicate_key_check(tmp_path):
+    p = tmp_path / "merge.yaml"
+    p.write_text("base: &base {warmup_steps: 7, batch_size: 8}\nschedule:\n  <<: *base\n  batch_size: 9\n")
+    from opolo_ros.algo.config import read_yaml
+
+    assert read_yaml(p)["schedule"] == {"warmup_steps": 7, "batch_size": 9}
+    p.write_text("? [a, b]\n: 1\n")
+    with pytest.raises(ValueError, match="not valid YAML"):  # an unhashable key: one line, as before
+        read_yaml(p)
+
+
 def test_missing_file_and_bad_override(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_run_config(tmp_path / "nope.yaml")
@@ -80,7 +91,8 @@ def test_missing_file_and_bad_override(tmp_path):
     ("td3.target_noise_clip=-0.5", r"'td3.target_noise_clip': must be a finite number >= 0"),
     ("opolo.f_q=1", r"'opolo.f_q': must be a finite number > 1"),
     ("opolo.norm_std_floor=0", r"'opolo.norm_std_floor': must be a finite number > 0"),
-    ("opolo.reward_eps_low=2", r"'opolo.reward_eps_low' / 'opolo.reward_eps_high': each in \[0, 1\)"),
+    ("opolo.reward_eps_low=0", r"low in \(0, 1\)"),  # log(0) at the first reward
+    ("opolo.reward_eps_low=2", r"'opolo.reward_eps_low' / 'opolo.reward_eps_high': low in \(0, 1\)"),
     ("schedule.exploration_noise=.inf", r"'schedule.exploration_noise': must be a finite number >= 0"),
     ("stop_at_return=-.inf", r"'stop_at_return': must be a finite return, or .inf \(off\)"),
     ("stop_at_return=.nan", r"'stop_at_return': must be a finite return"),

@@ -51,5 +51,6 @@ def test_a_run_too_short_for_any_gradient_step_is_warned_of():
     assert "the first comes at 250" in warning(cfg)  # the first multiple of train_freq
     cfg["total_steps"] = 250
     assert warning(cfg) is None
+    assert "gradient_steps is 0" in warning({**cfg, "schedule": {**cfg["schedule"], "gradient_steps": 0}})
     schedule = make_schedule(load_run_config(None, cfg))
     assert schedule.first_update() == 250 and schedule.plan(250).critic > 0 and schedule.plan(249).critic == 0

@@ -282,8 +282,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: the parent class merges it
+                continue
             key = self.construct_object(key_node, deep=deep)
-            if key in seen:
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the parent class says so
+                break
+            if duplicate:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})",
                     key_node.start_mark)
@@ -401,9 +407,10 @@ def _check_floats(values: Mapping[str, Any]) -> None:
     if not values["opolo.residual_clip"] > 0:
         raise bad("opolo.residual_clip", "> 0 (.inf: no clip)")
     low, high = values["opolo.reward_eps_low"], values["opolo.reward_eps_high"]
-    if not (0 <= low < 1 and 0 <= high < 1 and low + high < 1):
-        raise ValueError(f"config 'opolo.reward_eps_low' / 'opolo.reward_eps_high': each in [0, 1) "
-                         f"and their sum < 1 (D is clipped to [low, 1 - high]), got {low!r}, {high!r}")
+    if not (0 < low < 1 and 0 <= high < 1 and low + high < 1):
+        raise ValueError(f"config 'opolo.reward_eps_low' / 'opolo.reward_eps_high': low in (0, 1), "
+                         f"high in [0, 1), their sum < 1 (1 - D is clipped to [low, 1 - high] and "
+                         f"its log taken), got {low!r}, {high!r}")
     if not 0 <= values["schedule.exploration_noise"] < math.inf:
         raise bad("schedule.exploration_noise", "a finite number >= 0")
     if not values["demos_episode_gap_s"] > 0:

@@ -280,8 +280,8 @@ def _bag_paths(path: Path) -> list[Path]:
     if (path / "metadata.yaml").is_file():
         return [path]
     bags = sorted((p for p in path.iterdir() if p.is_dir() and (p / "metadata.yaml").is_file()),
-                  key=_natural_key)
-    stray = sorted(p.name for p in path.iterdir() if p.suffix in STORAGE_SUFFIXES)
+                  key=lambda p: (_natural_key(p), p.name))
+    stray = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix in STORAGE_SUFFIXES)
     if bags:  # a folder of bags: anything there that looks like one but is not is an error, not skipped
         broken = sorted(p.name for p in path.iterdir() if p.is_dir() and p not in bags
                         and any(q.suffix in STORAGE_SUFFIXES for q in p.iterdir()))
@@ -332,7 +332,8 @@ def _check_storage_listing(bag: Path) -> None:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise BagError(f"{bag}: metadata.yaml lists the storage file(s) {twice} more than once")
-    unlisted = sorted(p.name for p in bag.iterdir() if p.suffix in STORAGE_SUFFIXES and p.name not in names)
+    unlisted = sorted(p.name for p in bag.iterdir()
+                      if p.is_file() and p.suffix in STORAGE_SUFFIXES and p.name not in names)
     if unlisted:
         raise BagError(f"{bag}: storage file(s) {unlisted} in the bag folder are not listed in its "
                        "metadata.yaml, so their messages would not be read (`ros2 bag reindex` "
@@ -536,15 +537,16 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
     last_t: int | None = None
     gap_before: int | None = None  # ns between the episode's first message and the one before it
 
-    def close_episode(index: int) -> None:
+    def close_episode(index: int, gap_after: int | None = None) -> None:
         nonlocal current
         if not current:
             return
         if len(current) < 2:
-            hint = "" if gap_before is None else (
-                f" (it began after a gap of {gap_before / 1e9:g} s, more than the episode gap "
-                f"{gap_ns / 1e9:g} s: a stream published slower than that needs a larger "
-                "demos_episode_gap_s)")
+            gaps = [f"{where} a gap of {gap / 1e9:g} s" for where, gap in
+                    (("began after", gap_before), ("ended at", gap_after)) if gap is not None]
+            hint = "" if not gaps else (
+                f" (it {' and '.join(gaps)}, more than the episode gap {gap_ns / 1e9:g} s: a stream "
+                "published slower than that needs a larger demos_episode_gap_s)")
             raise BagError(f"{bag}: {topic}: the episode at message {start_index} has 1 observation; "
                            f"an episode needs at least 2 (T+1 >= 2){hint}")
         obs32 = np.asarray(current, dtype=np.float32)  # in range: _check_obs
@@ -593,7 +595,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
                            "ns): not one stream in time order (a clock that restarted, several "
                            "publishers on the topic, or the bag's storage files out of order)")
         if last_t is not None and gap_ns is not None and t - last_t > gap_ns:
-            close_episode(index)
+            close_episode(index, t - last_t)
             start_index, gap_before = index, t - last_t
         current.append(obs)
         last_t = t

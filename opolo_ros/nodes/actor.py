@@ -247,6 +247,11 @@ class Actor(FinishableNode):
         self._safe_point = self._wait_for_safe_point if p["load_at_safe_points"] else lambda: None
         self.pool = SessionPool() if p["reuse_sessions"] and self.swap_delay < 0 else None
         self.limits = action_limits(p["action_low"], p["action_high"])
+        low, high = self.limits
+        if low is not None and high is not None and np.all(low == high):
+            self.get_logger().warning(  # before session 15 such a pair meant "the model's bounds"
+                f"action_low == action_high ({low.tolist()}): every command is pinned there; leave "
+                "both empty ([]) for the model's bounds")
         self.safe = vector_parameter("safe_command", p["safe_command"])
         if not all(isinstance(c, int) and c >= 0 for c in p["cpu_affinity"]):
             raise ParameterError(f"parameter 'cpu_affinity' must list CPU ids, got {p['cpu_affinity']}")
@@ -622,7 +627,7 @@ class Actor(FinishableNode):
         an inf into a full-range command), the last command kept only when the rate limit needs it.
         """
         out = command.values
-        if not math.isfinite(float(action.sum())):  # NaN or inf anywhere (before clip hides an inf)
+        if not math.isfinite(action.sum(dtype=np.float64)):  # NaN or inf anywhere (before clip hides an inf)
             self.nonfinite_actions += 1
             self.get_logger().error("the policy returned a non-finite action: safe command instead",
                                     throttle_duration_sec=LOG_THROTTLE_S)

@@ -106,15 +106,25 @@ def vector_parameter(name: str, values: list) -> np.ndarray:
     return x
 
 
+def optional_vector(name: str, values: object) -> np.ndarray | None:
+    """A list parameter declared with an empty default (dynamically typed): None when empty, a
+    single number as a one-value list, else :func:`vector_parameter`'s checks."""
+    if isinstance(values, bool) or not isinstance(values, (list, tuple, int, float)):
+        raise ParameterError(f"parameter '{name}' must be a list of numbers, got {values!r}")
+    if isinstance(values, (int, float)):
+        values = [values]
+    return vector_parameter(name, values) if len(values) else None
+
+
 def observation_spec(joints: list, fields: list, offset: list, scale: list) -> m.ObservationSpec | None:
     """The JointState input's spec (None without `joints`: array input); ParameterError if bad."""
+    values = {name: optional_vector(name, given)
+              for name, given in (("joint_offset", offset), ("joint_scale", scale))}
     if not joints:
-        if len(offset) or len(scale):
+        if any(v is not None for v in values.values()):
             raise ParameterError("parameters 'joint_offset' / 'joint_scale' are for JointState input "
                                  "(set 'joints')")
         return None
-    values = {name: vector_parameter(name, given) if len(given) else None
-              for name, given in (("joint_offset", offset), ("joint_scale", scale))}
     try:
         return m.ObservationSpec(tuple(joints), tuple(fields), offset=values["joint_offset"],
                                  scale=values["joint_scale"])
@@ -124,8 +134,7 @@ def observation_spec(joints: list, fields: list, offset: list, scale: list) -> m
 
 def action_limits(low_values: list, high_values: list) -> tuple[np.ndarray | None, np.ndarray | None]:
     """`action_low` / `action_high` as arrays, None for a side left empty (the model's bound)."""
-    low = vector_parameter("action_low", low_values) if len(low_values) else None
-    high = vector_parameter("action_high", high_values) if len(high_values) else None
+    low, high = optional_vector("action_low", low_values), optional_vector("action_high", high_values)
     if low is not None and high is not None:
         if low.size != high.size and 1 not in (low.size, high.size):
             raise ParameterError(f"action_low has {low.size} values, action_high {high.size}: give "

@@ -60,9 +60,11 @@ def make_schedule(cfg: RunConfig) -> Schedule:
 def untrained_warning(cfg: RunConfig, schedule: Schedule) -> str | None:
     """What to warn of when no gradient step would run in the whole run (a policy that stays the
     random initial one, which nothing else would say), else None."""
+    s = cfg.schedule
+    if s.gradient_steps == 0:
+        return "schedule.gradient_steps is 0: no gradient step will run, the policy stays untrained"
     if schedule.first_update() <= cfg.total_steps:
         return None
-    s = cfg.schedule
     return (f"total_steps {cfg.total_steps}: no gradient step will run; the first comes at "
             f"{schedule.first_update()} env steps (after max(schedule.warmup_steps, schedule.batch_size)"
             f" = {max(s.warmup_steps, s.batch_size)}, at a multiple of schedule.train_freq, "
