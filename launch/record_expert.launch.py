@@ -61,13 +61,13 @@ def describe(args: dict) -> list:
     model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
     output = args["output"] or f"demos/{env}_seed{seed}"
     from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.envs import check_policy_fits
 
     meta = load_policy(model).metadata
     time_feature = expert_time_feature(args["time_feature"], meta.time_feature)
-    if not env.endswith(".xml"):  # a wrong time_feature would record the watchdog's safe commands
-        from opolo_ros.sim.envs import check_policy_fits
-
-        check_policy_fits(model, meta.obs_dim, meta.act_dim, env, time_feature, trained_on=meta.env_id)
+    # a policy that does not fit (a wrong time_feature, another model, Gymnasium id or MJCF) would
+    # record the actor's watchdog commands as an expert's
+    check_policy_fits(model, meta.obs_dim, meta.act_dim, env, time_feature, trained_on=meta.env_id)
     return [
         NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
             **node_parameters(params_file, "sim_bridge", ns), "env_id": env, "seed": seed,

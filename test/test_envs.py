@@ -123,4 +123,51 @@ def test_mjcf_models_the_task_cannot_observe_or_that_it_limits_are_named(tmp_pat
     env = make_task_env(str(tmp_path / "ROBOT.XML"))
     assert env.action_space.high.tolist() == [1.0]
     (note,) = env.unwrapped.notes
-    assert "actuator(s) ['actuator0'] have no ctrlrange: their commands are limited to [-1, 1]" in note
+    assert "actuator(s) ['actuator0'] are not ctrllimited (no ctrlrange, or ctrllimited=\"false\"): " \
+           "their commands are limited to [-1, 1]" in note
+
+
+def test_mjcf_models_that_would_give_wrong_data_are_refused_or_named_apart(tmp_path):
+    """Found by a probe: a NaN initial state crashed the bridge at its first tick; a ctrlrange MuJoCo
+    cannot apply (it simulates 0 for such a command) was accepted; an unnamed joint took the name
+    of a named one (joint0 twice on /joint_states, which crashed the bridge at its first step)."""
+    (tmp_path / "nan.xml").write_text(PENDULUM.replace('axis="0 1 0"', 'axis="0 1 0" ref="nan"')
+                                      .format(gear=1.0))
+    with pytest.raises(ValueError, match=r"nan.xml: the initial state \(qpos0\) holds NaN or inf"):
+        make_task_env(str(tmp_path / "nan.xml"))
+    (tmp_path / "huge.xml").write_text(PENDULUM.replace('ctrlrange="-2 2"', 'ctrlrange="-1e30 1e30"')
+                                       .format(gear=1.0))
+    with pytest.raises(ValueError, match=r"huge.xml: a ctrlrange beyond \+-1e\+10"):
+        make_task_env(str(tmp_path / "huge.xml"))
+    two = PENDULUM.replace('<joint name="hinge" type="hinge" axis="0 1 0"/>',
+                           '<joint name="joint1" type="hinge" axis="0 1 0"/>'
+                           '<joint type="slide" axis="1 0 0"/>').replace('joint="hinge"', 'joint="joint1"')
+    (tmp_path / "unnamed.xml").write_text(two.format(gear=1.0))  # joint 1 is unnamed: not "joint1"
+    from opolo_ros.sim.tasks import joint_layout
+
+    names, _, _ = joint_layout(make_task_env(str(tmp_path / "unnamed.xml")))
+    assert names == ["joint1", "joint1_"]
+
+
+def test_a_policy_of_another_size_than_an_mjcf_task_is_refused_before_any_rollout(tmp_path):
+    """record_expert checked Gymnasium ids only: on an MJCF file a misfit expert's observations were
+    all dropped and the actor's watchdog commands recorded as the expert's."""
+    from opolo_ros.sim.envs import check_policy_fits
+
+    with pytest.raises(ValueError, match=r"takes obs_dim 4 and gives act_dim 1, but .*pendulum_1.xml without "
+                                         r"time feature has obs_dim 2 and act_dim 1"):
+        check_policy_fits("expert.onnx", 4, 1, mjcf(tmp_path, 1.0), False)
+    check_policy_fits("fits.onnx", 2, 1, mjcf(tmp_path, 1.0), False)
+
+
+def test_updates_with_nothing_stored_say_why():
+    """Every step void (a model that diverges on each): a clear error, not 'cannot sample from an
+    empty replay buffer'."""
+    from opolo_ros.algo.config import load_run_config
+    from opolo_ros.data.replay import ReplayBuffer
+    from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule
+
+    cfg = load_run_config(None, {"algo": "td3", "td3": {"net": {"hidden": [8]}}})
+    runner = UpdateRunner(make_learner(cfg, 2, 1), make_schedule(cfg), ReplayBuffer(2, 1, 10), None)
+    with pytest.raises(ValueError, match="every step so far was void"):
+        runner._sample()

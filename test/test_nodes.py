@@ -244,6 +244,18 @@ def realtime_mjcf_graph(tmp_path: Path, mjcf: str) -> list[NodeSpec]:
     ]
 
 
+def test_lockstep_bridge_driven_by_an_actor_that_reads_only_joint_states(tmp_path, ros_domain_id):
+    """The joint states go out with every observation, the initial state's included: before, the
+    first came only after a step, so a JointState actor never answered and the bridge waited."""
+    specs = realtime_mjcf_graph(tmp_path, MJCF)
+    specs[0].parameters.update(mode="lockstep", flow_control=False)
+    specs[1].parameters.update(rate_hz=0.0, mode="train")  # no watchdog: only the joint states drive it
+    with GraphRunner(specs, ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        assert graph.spin_until(lambda: bridge.steps >= 20, timeout_s=20.0), \
+            f"bridge steps {bridge.steps}, observation re-published {bridge.republished}"
+
+
 def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain_id):
     """Any MJCF file, stepped on a wall-clock timer; a deploy actor reads /joint_states at 50 Hz.
 

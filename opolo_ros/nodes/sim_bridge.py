@@ -405,9 +405,14 @@ class SimBridge(FinishableNode):
         self._publish_observation()
 
     def _publish_observation(self) -> None:
+        """The observation, and the same state on the joint states topic (the initial state and
+        re-published observations included: a controller that reads only /joint_states waits
+        for it)."""
         m.fill_observation_msg(self._obs_msg, self.obs)
         self._last_obs_pub = time.monotonic()
         self.obs_pub.publish(self._obs_msg)
+        if self.joint_pub is not None:
+            self._publish_joint_states()
 
     # ------------------------------------------------------------------ stepping
     def _step(self, action: np.ndarray, republished: bool = False) -> None:
@@ -429,8 +434,6 @@ class SimBridge(FinishableNode):
         self.obs = next_obs
         if term or trunc:
             self._end_episode()
-        if self.joint_pub is not None:
-            self._publish_joint_states()
         if len(self._pending) >= self.replay_batch:
             self._flush()
 

@@ -14,9 +14,12 @@ import mujoco
 import numpy as np
 
 # MuJoCo's own divergence checks: on NaN, inf or huge qpos / qvel / qacc it warns and resets mjData.
+# BADCTRL: a command MuJoCo refused (non-finite or huge) and replaced by 0: the step did not apply
+# the action a transition would record.
 _DIVERGENCE_WARNINGS = tuple(int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS,
                                               mujoco.mjtWarning.mjWARN_BADQVEL,
-                                              mujoco.mjtWarning.mjWARN_BADQACC))
+                                              mujoco.mjtWarning.mjWARN_BADQACC,
+                                              mujoco.mjtWarning.mjWARN_BADCTRL))
 
 
 MUJOCO_WARNINGS_SHOWN = 3  # of each kind; the rest are counted in mujoco_warning_counts
@@ -201,10 +204,12 @@ def check_policy_fits(origin: object, obs_dim: int, act_dim: int, env_id: str, t
     """A policy's dimensions against the environment's, and the task it was trained on (its
     metadata's ``env_id``, when both are Gymnasium ids), as a clear error before any rollout:
     Walker2d's expert has HalfCheetah's dimensions, and would record a bag labelled HalfCheetah."""
+    from opolo_ros.sim.tasks import make_task_env  # tasks imports this module
+
     gymnasium_ids = not (trained_on.endswith(".xml") or env_id.endswith(".xml"))
     if trained_on and trained_on != env_id and gymnasium_ids:
         raise ValueError(f"{origin} was trained on {trained_on} (its metadata's env_id), not {env_id}")
-    env = make_env(env_id, time_feature=time_feature)
+    env = make_task_env(env_id, time_feature=time_feature)  # a Gymnasium id or an MJCF file
     dims = (int(env.observation_space.shape[0]), int(env.action_space.shape[0]))
     env.close()
     if (obs_dim, act_dim) != dims:

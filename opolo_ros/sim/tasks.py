@@ -14,13 +14,16 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from opolo_ros.sim.envs import DivergenceGuard, TimeFeature, make_env
+from opolo_ros.sim.envs import DivergenceGuard, TimeFeature, make_env, route_mujoco_warnings
 
 DEFAULT_MJCF_STEPS = 1000
 
 
 def is_mjcf(env_id: str) -> bool:
     return env_id.lower().endswith(".xml")
+
+
+MAX_CTRL = 1e10  # |ctrlrange| beyond this: MuJoCo refuses the command (BADCTRL) and applies 0
 
 
 class MjcfEnv(gym.Env):
@@ -35,12 +38,20 @@ class MjcfEnv(gym.Env):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"MJCF file not found: {path}")
+        route_mujoco_warnings()  # a load-time warning goes to stderr, not to MUJOCO_LOG.TXT
         try:
             self.model = mujoco.MjModel.from_xml_path(str(path))
         except Exception as err:  # mujoco raises ValueError with the parser's message
             raise ValueError(f"cannot load MJCF {path}: {err}") from None
         if self.model.nu == 0:
             raise ValueError(f"MJCF {path} has no actuators: nothing for a policy to command")
+        if not np.isfinite(self.model.qpos0).all():
+            raise ValueError(f"MJCF {path}: the initial state (qpos0) holds NaN or inf")
+        limited = self.model.actuator_ctrllimited.astype(bool)
+        ranges = self.model.actuator_ctrlrange[limited]
+        if ranges.size and not np.abs(ranges).max() <= MAX_CTRL:
+            raise ValueError(f"MJCF {path}: a ctrlrange beyond +-{MAX_CTRL:g} (MuJoCo ignores such "
+                             "commands and simulates with 0)")
         self.data = mujoco.MjData(self.model)
         self.frame_skip = frame_skip
         self.reset_noise = reset_noise
@@ -54,7 +65,6 @@ class MjcfEnv(gym.Env):
         self.observation_space = gym.spaces.Box(-inf, inf, dtype=np.float32)
         low = np.full(self.model.nu, -1.0, dtype=np.float32)
         high = np.full(self.model.nu, 1.0, dtype=np.float32)
-        limited = self.model.actuator_ctrllimited.astype(bool)
         low[limited] = self.model.actuator_ctrlrange[limited, 0]
         high[limited] = self.model.actuator_ctrlrange[limited, 1]
         self.action_space = gym.spaces.Box(low, high, dtype=np.float32)
@@ -68,8 +78,9 @@ class MjcfEnv(gym.Env):
         unlimited = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, a) or f"actuator{a}"
                      for a in np.flatnonzero(~limited)]
         if unlimited:
-            notes.append(f"MJCF {path}: actuator(s) {unlimited} have no ctrlrange: their commands are "
-                         "limited to [-1, 1]; give them a ctrlrange to set other limits")
+            notes.append(f"MJCF {path}: actuator(s) {unlimited} are not ctrllimited (no ctrlrange, or "
+                         "ctrllimited=\"false\"): their commands are limited to [-1, 1]; give them a "
+                         "ctrlrange (and ctrllimited=\"true\" where set false) to use other limits")
         skipped = [name for _, name, one_dof in model_joints(model) if not one_dof]
         if skipped:
             notes.append(f"MJCF {path}: free/ball joint(s) {skipped} are not observed (only hinge and "
@@ -118,8 +129,17 @@ def model_joints(model) -> list[tuple[int, str, bool]]:
     import mujoco
 
     one_dof = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-    return [(j, mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint{j}",
-             int(model.jnt_type[j]) in one_dof) for j in range(model.njnt)]
+    names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j) for j in range(model.njnt)]
+    used = {n for n in names if n}
+    out = []
+    for j, name in enumerate(names):
+        if not name:  # an unnamed joint: a name no named joint has (joint3, else joint3_, ...)
+            name = f"joint{j}"
+            while name in used:
+                name += "_"
+            used.add(name)
+        out.append((j, name, int(model.jnt_type[j]) in one_dof))
+    return out
 
 
 def joint_layout(env: gym.Env) -> JointLayout:

@@ -83,6 +83,9 @@ class UpdateRunner:
         self._move = self.device.type != "cpu"
 
     def _sample(self) -> Transitions:
+        if len(self.replay) == 0:  # every step so far was void: not a sampling bug
+            raise ValueError("no transition stored when the first update came: every step so far was "
+                             "void (the simulation diverged on each; an unstable model or huge gains?)")
         batch = self.replay.sample(self.batch_size)
         return _to(batch, self.device) if self._move else batch
 
