@@ -364,6 +364,22 @@ def make_node(spec: NodeSpec, context: Any) -> Any:
                                        cli_args=cli_args, use_global_arguments=False)
 
 
+def _make_checked(spec: NodeSpec, context: Any) -> Any:
+    """make_node, with a namespace or remapped topic name rcl refuses as one line (ValueError)."""
+    from rclpy.exceptions import NameValidationException
+    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+    from rclpy.validate_namespace import validate_namespace
+
+    try:
+        if spec.namespace:  # before the node: rclpy warns while it cleans up a half-made one
+            validate_namespace(spec.namespace if spec.namespace.startswith("/") else f"/{spec.namespace}")
+        return make_node(spec, context)
+    except (NameValidationException, _rclpy.RCLInvalidROSArgsError) as err:
+        detail = str(err).strip().splitlines()[0].rstrip(":") if str(err).strip() else type(err).__name__
+        names = f"namespace {spec.namespace!r}, remappings {[f'{a}:={b}' for a, b in spec.remappings]}"
+        raise ValueError(f"node {spec.name!r}: invalid name ({names}): {detail}") from None
+
+
 @dataclass
 class LaunchResult:
     nodes: dict[str, Any]
@@ -396,7 +412,7 @@ class GraphRunner:
         self.nodes: dict[str, Any] = {}
         try:
             for spec in self.specs:
-                node = make_node(spec, self.context)
+                node = _make_checked(spec, self.context)
                 self.nodes[spec.name] = node
                 self.executor.add_node(node)
         except BaseException:

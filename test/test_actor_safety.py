@@ -432,6 +432,10 @@ def test_non_finite_or_unusable_parameters_are_refused(tmp_path, ros_domain_id):
                          ({"watchdog_rate_hz": NAN}, "'watchdog_rate_hz' must be a finite number"),
                          ({"max_action_rate": NAN}, "'max_action_rate' must be a finite number"),
                          ({"rate_hz": INF}, "'rate_hz' must be a finite number"),
+                         ({"rate_hz": 1e-300}, r"'rate_hz' must be 0 \(off\) or at least 0.001 Hz"),
+                         ({"cpu_affinity": [4000]},
+                          r"cpu_affinity \[4000\]: Invalid argument \(CPUs available"),
+                         ({"watchdog_rate_hz": 1e-10}, "'watchdog_rate_hz' must be 0 \\(off\\) or at least"),
                          ({"joint_scale": [1.0, 2.0]}, "'joint_offset' / 'joint_scale' are for JointState"),
                          ({"joints": JOINTS, "joint_scale": [1.0, 2.0]}, "spec scale must have length 4"),
                          ({"action_low": [-1.0, -1.0]}, "'action_low' has 2 values, the policy has act_dim")]:
@@ -720,3 +724,19 @@ def test_safe_points_follow_the_control_rhythm_and_skip_an_idle_actor(tmp_path, 
         took = waited()
         timer.join()
         assert 0.009 < took < 0.03 and actor._ticks == 6  # right after it
+
+
+def test_a_model_that_fails_on_an_observation_gets_the_safe_command(tmp_path, ros_domain_id, ros_node):
+    """onnxruntime raising inside the control step killed the actor (no command from then on)."""
+    from test_session_pool import gather_policy
+
+    model = tmp_path / "fails.onnx"
+    model.write_bytes(gather_policy(None))  # tanh(obs[obs[0]]): fails for obs[0] >= 4
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, safe_command=[0.25],
+                       observation_timeout_s=60.0)
+    with graph:
+        for first in (1.0, 9.0, 2.0):
+            rig.send(m.observation_to_msg(np.array([first, 0.5, -0.5, 0.0], np.float32)))
+        assert rig.spin_until(lambda: len(rig.commands) == 3)
+        assert rig.actor.failed_runs == 1 and rig.actor.statistics()["counters"]["failed_runs"] == 1
+    assert [v for _, v in rig.commands] == pytest.approx([np.tanh(0.5), 0.25, np.tanh(-0.5)], abs=1e-6)

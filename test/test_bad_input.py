@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import yaml
 from test_bags import F32, SEC, TS, _stream, _write_stream
+from test_session_pool import gather_policy
 
 from opolo_ros.data.bags import write_demonstrations
 from opolo_ros.data.demos import Episode
@@ -44,6 +45,8 @@ CASES = {
     "bag with NaN": Case((*TRAIN, "{nan_bag}"), "NaN or inf"),
     "onnx corrupt": Case(("evaluate", "{corrupt_onnx}"), "not a valid ONNX model"),
     "onnx wrong dimensions": Case(("evaluate", "{wrong_dims_onnx}", "--env-id", ENV), "takes obs_dim 5"),
+    "onnx fails when run": Case(("evaluate", "{failing_onnx}"),
+                                "the model fails when run (InvalidArgument: "),
     "config malformed": Case(("train", "--config", "{malformed_yaml}"), "is not valid YAML"),
     "config wrong type": Case(("train", "--config", "{wrong_type_yaml}"), "'seed': expected an integer"),
     "launch params malformed": Case(("launch", "sim_train", "params_file:={malformed_params}"),
@@ -52,6 +55,10 @@ CASES = {
                                   "NaN or inf"),
     "launch deploy corrupt onnx": Case(("launch", "deploy", "model:={corrupt_onnx}"),
                                        "not a valid ONNX model"),
+    "launch deploy bad namespace": Case(("launch", "deploy", "model:={expert_onnx}", "namespace:=1abc"),
+                                        "node 'actor': invalid name (namespace '1abc'"),
+    "launch deploy bad topic": Case(("launch", "deploy", "model:={expert_onnx}", "action_topic:=a//b"),
+                                    "Couldn't parse remap rule: '-r action:=a//b'"),
     # A typo in a parameter file (rcl and the old run-config reader ignored unknown keys).
     "config unknown key": Case(("train", "--config", "{typo_learner_params}", "--total-steps", "10",
                                 "--run-dir", "{tmp}/typo"),
@@ -107,6 +114,8 @@ def bad_files(tmp: Path) -> dict[str, str]:
     files["corrupt_onnx"] = tmp / "corrupt.onnx"
     files["corrupt_onnx"].write_bytes(b"\x08\x07" + rng.bytes(500))
     files["wrong_dims_onnx"] = wrong_dims_policy(tmp / "wrong_dims.onnx")
+    files["failing_onnx"] = tmp / "failing.onnx"  # builds, checks, fails in the first run
+    files["failing_onnx"].write_bytes(gather_policy(7, env_id=ENV, high=3.0))
     texts = {"malformed_yaml": "seed: [1,\n", "wrong_type_yaml": "seed: abc\n",
              "malformed_params": "learner:\n  ros__parameters: {seed: [1,\n",
              "wrong_type_params": yaml.safe_dump({"/**": {"ros__parameters": {"mode": 3}}})}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +175,19 @@ def test_load_errors(exported, tmp_path) -> None:
     with pytest.raises(PolicyLoadError, match="empty"):
         load_policy(empty)
 
+    fifo = tmp_path / "fifo.onnx"  # reading it would block for good
+    os.mkfifo(fifo)
+    for odd in (fifo, tmp_path, Path("/dev/zero")):
+        with pytest.raises(PolicyLoadError) as exc:
+            load_policy(odd)
+        assert_one_line(exc, str(odd), "not a regular file")
+    huge = tmp_path / "huge.onnx"
+    with huge.open("wb") as f:  # sparse: no disk used
+        f.truncate(onnx_policy.MAX_MODEL_BYTES + 1)
+    with pytest.raises(PolicyLoadError) as exc:
+        load_policy(huge)
+    assert_one_line(exc, "huge.onnx", "more than a policy model")
+
     with pytest.raises(PolicyLoadError) as exc:
         load_policy(good, expected_obs_dim=OBS_DIM + 2)
     assert_one_line(exc, "obs_dim is 5, expected 7")
@@ -277,3 +291,23 @@ def test_training_export_of_a_diverged_policy_says_so(tmp_path):
                                              action_low=-1.0, action_high=1.0, metadata={"env_id": "Test-v0"})
     assert len(warnings_seen) == 1 and "weights are not finite (net.0.weight)" in warnings_seen[0]
     assert np.isnan(onnx_policy.load_policy(path)(np.zeros((1, 4), np.float32))).all()
+
+
+def test_bounds_near_float32_max_do_not_overflow_in_the_graph(tmp_path) -> None:
+    """(1 + a) * high overflowed to inf for |bounds| > ~1.7e38, and the export check let it pass."""
+    torch.manual_seed(0)
+    actor = Actor(3, 1, (8,))
+    policy = load_policy(export_policy(actor, tmp_path / "big.onnx", action_low=-3e38, action_high=3e38,
+                                       metadata={"env_id": "X"}))
+    signs = np.array([[1, 1, 1], [-1, -1, -1], [1, -1, 1], [0, 0, 0]], np.float32)
+    got = policy(1e5 * signs)
+    assert np.isfinite(got).all() and np.abs(got).max() <= 3e38
+    bound = float(np.float32(3e38))
+    assert set(got[:2, 0].tolist()) <= {-bound, bound}, got  # saturated: exactly the bounds
+
+
+def test_export_check_refuses_an_output_that_overflows(nets, tmp_path, monkeypatch) -> None:
+    real = OnnxPolicy.__call__
+    monkeypatch.setattr(OnnxPolicy, "__call__", lambda self, obs: np.full_like(real(self, obs), np.inf))
+    with pytest.raises(PolicyExportError, match="float32 overflow"):
+        export_policy(nets[0], tmp_path / "p.onnx", action_low=LOW, action_high=HIGH, metadata=META)

@@ -13,7 +13,13 @@ import torch
 
 from opolo_ros.algo.networks import Actor, RunningNorm
 from opolo_ros.export.graph_weights import split_weights
-from opolo_ros.export.onnx_policy import OnnxPolicy, PolicyLoadError, export_policy, load_policy
+from opolo_ros.export.onnx_policy import (
+    OnnxPolicy,
+    PolicyLoadError,
+    PolicyRunError,
+    export_policy,
+    load_policy,
+)
 from opolo_ros.nodes.session_pool import SessionPool
 
 OBS_DIM, ACT_DIM = 5, 2
@@ -152,3 +158,58 @@ def test_pool_checks_the_first_copy_of_a_graph(tmp_path: Path, monkeypatch: pyte
         current = failing.load(data, None, OBS_DIM, ACT_DIM, current)
         np.testing.assert_allclose(_single(current, x), load_policy(data)(x), atol=1e-6)
     assert failing.copies == 0 and not current.policy.owns_weights
+
+
+def gather_policy(index: int | None, obs_dim: int = 4, version: int = 1, env_id: str = "Test-v0",
+                  high: float = 1.0) -> bytes:
+    """action = tanh(obs[:, i]): `i` an initializer (int), or obs[0, 0] itself (None: a model that
+    runs on small inputs and fails on an observation whose first value is obs_dim or more)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+    if index is None:
+        inits += [numpy_helper.from_array(np.array([0], np.int64), "first"),
+                  numpy_helper.from_array(np.array([1], np.int64), "shape")]
+        nodes += [helper.make_node("Gather", ["obs", "first"], ["c0"], axis=1),
+                  helper.make_node("ReduceMax", ["c0"], ["top"], keepdims=0),
+                  helper.make_node("Cast", ["top"], ["top_i"], to=TensorProto.INT64),
+                  helper.make_node("Reshape", ["top_i", "shape"], ["idx"])]
+    else:
+        inits.append(numpy_helper.from_array(np.array([index], np.int64), "idx"))
+    nodes += [helper.make_node("Gather", ["obs", "idx"], ["g"], axis=1),
+              helper.make_node("Tanh", ["g"], ["action"])]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", obs_dim])],
+                              [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", 1])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    props = {"env_id": env_id, "obs_dim": str(obs_dim), "act_dim": "1", "action_low": f"[{-high}]",
+             "action_high": f"[{high}]", "version": str(version), "training_step": "0", "source": "test"}
+    for key, value in props.items():
+        model.metadata_props.add(key=key, value=value)
+    return model.SerializeToString()
+
+
+def test_pool_refuses_weights_that_make_the_graph_fail(tmp_path: Path) -> None:
+    """A copied index out of range failed only at the next control step (it killed the actor)."""
+    pool = SessionPool()
+    current = pool.load(gather_policy(0), 1, 4, 1, None)
+    current = pool.load(gather_policy(1, version=2), 2, 4, 1, current)
+    current = pool.load(gather_policy(2, version=3), 3, 4, 1, current)
+    assert pool.copies == 1
+    with pytest.raises(PolicyLoadError, match="the model fails when run"):
+        pool.load(gather_policy(7, version=4), 4, 4, 1, current)
+    assert current.run(np.array([0.0, 0.0, 0.5, 0.0], np.float32)) == pytest.approx(np.tanh(0.5))
+    after = pool.load(gather_policy(3, version=5), 5, 4, 1, current)  # the pool goes on
+    assert after.run(np.array([0.0, 0.0, 0.0, -0.5], np.float32)) == pytest.approx(np.tanh(-0.5))
+
+
+def test_a_model_that_fails_on_an_input_raises_policy_run_error() -> None:
+    policy = load_policy(gather_policy(None))
+    policy.warmup()  # zeros: index 0
+    bound = policy.bind()
+    assert bound(np.array([3.0, 0.0, 0.0, 0.0], np.float32)) == pytest.approx(np.tanh(0.0))
+    for run in (bound, policy):
+        with pytest.raises(PolicyRunError, match=r"<bytes>: the model fails when run \(\w+: .*out of"):
+            run(np.array([9.0, 0.0, 0.0, 0.0], np.float32))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -45,12 +46,23 @@ REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "t
 # at most 16x PyTorch's (bench/export_rounding.py --seeds 60); an export defect (a wrong bound, a
 # missing layer, float16 weights, a 1e-4 shift) is refused on the typical inputs.
 VERIFY_TOL = 1e-5
+MAX_MODEL_BYTES = 1 << 30  # protobuf itself stops at 2 GiB; a policy is a few MB
 ROUNDING_FACTOR = 20.0
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # action bounds must fit the float32 graph
 
 
 class PolicyLoadError(ValueError):
     """A policy model cannot be used: missing, not ONNX, no metadata, or not matching the expected dims."""
+
+
+class PolicyRunError(ValueError):
+    """A loaded policy failed on an input (onnxruntime raised): e.g. a graph whose shapes or indices
+    depend on the input, which passed the load-time checks."""
+
+
+def _failure(origin: str, err: Exception) -> str:
+    detail = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+    return f"{origin}: the model fails when run ({type(err).__name__}: {detail})"
 
 
 class PolicyExportError(RuntimeError):
@@ -148,6 +160,9 @@ class OnnxPolicy:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
+        # Errors reach the caller as PolicyLoadError / PolicyRunError with onnxruntime's message;
+        # its own logger would print each one again, unthrottled, from inside a 1 kHz loop.
+        opts.log_severity_level = 4  # fatal only
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         spin = "1" if allow_spinning else "0"
@@ -221,10 +236,16 @@ class OnnxPolicy:
         if x.ndim == 1:
             if x.shape[0] != self._obs_dim:
                 raise ValueError(f"observation has {x.shape[0]} values, policy expects {self._obs_dim}")
-            return self._run(self._outputs, {INPUT_NAME: x[None]})[0][0]
+            return self._infer(x[None])[0]
         if x.ndim != 2 or x.shape[1] != self._obs_dim:
             raise ValueError(f"observation batch has shape {x.shape}, policy expects [B, {self._obs_dim}]")
-        return self._run(self._outputs, {INPUT_NAME: x})[0]
+        return self._infer(x)
+
+    def _infer(self, x: np.ndarray) -> np.ndarray:
+        try:
+            return self._run(self._outputs, {INPUT_NAME: x})[0]
+        except Exception as err:  # onnxruntime's own exception types
+            raise PolicyRunError(_failure(self.origin, err)) from None
 
     @property
     def session(self) -> ort.InferenceSession:
@@ -241,9 +262,7 @@ class OnnxPolicy:
             for _ in range(n):
                 self._run(self._outputs, {INPUT_NAME: zeros})
         except Exception as err:  # onnxruntime's Fail, InvalidArgument...: a graph that builds but cannot run
-            detail = str(err).splitlines()[0][:300] if str(err) else ""
-            raise PolicyLoadError(f"{self.origin}: the model fails when run ({type(err).__name__}: "
-                                  f"{detail})") from None
+            raise PolicyLoadError(_failure(self.origin, err)) from None
 
     def to_bytes(self) -> bytes:
         """The serialized model, e.g. to publish it on the policy topic."""
@@ -280,11 +299,16 @@ class BoundPolicy:
         else:
             self._run, self._arg = session.run_with_iobinding, binding
         self._obs_row, self._action_row = self._obs[0], self._action[0]
+        self._origin = policy.origin
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """The action (float32 [act_dim], a view into the output buffer) for `obs` [obs_dim]."""
+        """The action (float32 [act_dim], a view into the output buffer) for `obs` [obs_dim];
+        PolicyRunError if onnxruntime fails on it (a try block costs nothing until it raises)."""
         self._obs_row[:] = obs
-        self._run(self._arg, None)
+        try:
+            self._run(self._arg, None)
+        except Exception as err:  # onnxruntime's own exception types
+            raise PolicyRunError(_failure(self._origin, err)) from None
         return self._action_row
 
 
@@ -304,6 +328,12 @@ def read_model(source: str | os.PathLike[str] | bytes | bytearray | memoryview) 
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would block, /dev/zero never end
+                raise PolicyLoadError(f"{path}: not a regular file")
+            if info.st_size > MAX_MODEL_BYTES:
+                raise PolicyLoadError(f"{path}: {info.st_size} bytes, more than a policy model "
+                                      f"({MAX_MODEL_BYTES} at most)")
             data = path.read_bytes()
         except FileNotFoundError:
             raise PolicyLoadError(f"{path}: policy file not found") from None
@@ -358,8 +388,9 @@ def _policy_graph(actor: torch.nn.Module, obs_norm: torch.nn.Module | None, low:
                 obs = self.obs_norm(obs)
             a = self.actor(obs)
             # low + (a + 1) / 2 * (high - low), written as a blend so that a saturated tanh (a = +-1)
-            # gives exactly high or low in float32.
-            return 0.5 * ((1.0 - a) * self.low + (1.0 + a) * self.high)
+            # gives exactly high or low in float32; halved before the products, which cannot then
+            # overflow float32 for bounds near its largest value.
+            return (0.5 * (1.0 - a)) * self.low + (0.5 * (1.0 + a)) * self.high
 
     return ExportedPolicy().float().eval()
 
@@ -511,7 +542,13 @@ def _check_export(policy: OnnxPolicy, graph: torch.nn.Module, obs_dim: int, low:
     """Raise PolicyExportError unless `policy` reproduces `graph` on the verification inputs."""
     x = verification_inputs(obs_dim, np.random.default_rng(0))
     runs, exact = pytorch_evaluations(graph, x)
-    onnx_err, pytorch_err = export_errors(policy(x), runs, exact, 0.5 * (high - low))
+    got = policy(x)
+    overflow = ~np.isfinite(got) & np.isfinite(exact)
+    if overflow.any():
+        raise PolicyExportError(f"ONNX policy for {path} returns {got[overflow][0]} where the exact policy "
+                                f"is finite (verification input {int(np.argmax(overflow.any(axis=1)))}): "
+                                "float32 overflow")
+    onnx_err, pytorch_err = export_errors(got, runs, exact, 0.5 * (np.float64(high) - low))
     allowed = export_allowance(pytorch_err)
     worst = int(np.argmax(onnx_err - allowed))
     if onnx_err[worst] > allowed[worst]:

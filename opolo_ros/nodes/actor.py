@@ -37,7 +37,8 @@ Deploy safety
       a ``/clock`` that stops would stop them.
     - Commands stay within the model's bounds, tightened by ``action_low``/``action_high`` (either
       side, one value or one per action; limits never widen the bounds). A non-finite policy
-      output (NaN or inf) is replaced by the safe command (counted in ``nonfinite_actions``).
+      output (NaN or inf) is replaced by the safe command (counted in ``nonfinite_actions``), and so
+      is the output of a model that fails on an observation (onnxruntime raises: ``failed_runs``).
 
 Real-time path (deploy)
     Decode with ``numpy.frombuffer`` (one buffer copy), infer through onnxruntime I/O binding into
@@ -98,7 +99,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8MultiArray
 
-from opolo_ros.export.onnx_policy import PolicyLoadError, PolicyMetadata
+from opolo_ros.export.onnx_policy import PolicyLoadError, PolicyMetadata, PolicyRunError
 from opolo_ros.nodes.actor_params import (
     MODES,
     PARAMETERS,
@@ -131,6 +132,7 @@ COUNTER_QOS = POLICY_VERSION_QOS  # a late `ros2 topic echo` sees the current co
 RELIABLE_DEFAULT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # rclpy's default
 SEED_OFFSET = 3  # the direct loop's action generator is default_rng(seed + 3)
 LOG_THROTTLE_S = 5.0
+MIN_RATE_HZ = 1e-3  # rate_hz / watchdog_rate_hz: a period of at most 1000 s
 SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
 SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
 
@@ -157,6 +159,7 @@ class Actor(FinishableNode):
         self.safe_commands = 0  # watchdog commands published
         self.stale_events = 0  # times observations went stale
         self.nonfinite_actions = 0  # policy outputs replaced by the safe command
+        self.failed_runs = 0  # observations the model failed on (onnxruntime raised)
         self.stale = False
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
         self.inference_ns = latency.DurationLog()  # policy run, deploy
@@ -219,6 +222,10 @@ class Actor(FinishableNode):
                      "max_action_rate"):
             if not 0 <= p[name] < math.inf:  # NaN too: it would switch the limit or the timer off
                 raise ParameterError(f"parameter '{name}' must be a finite number >= 0, got {p[name]}")
+        for name in ("rate_hz", "watchdog_rate_hz"):
+            if 0 < p[name] < MIN_RATE_HZ:  # its period would overflow the timer's nanoseconds
+                raise ParameterError(f"parameter '{name}' must be 0 (off) or at least {MIN_RATE_HZ:g} Hz, "
+                                     f"got {p[name]:g}")
         if not 0 < p["observation_timeout_s"] < math.inf:
             raise ParameterError(f"parameter 'observation_timeout_s' must be a finite number > 0, "
                                  f"got {p['observation_timeout_s']}")
@@ -424,8 +431,7 @@ class Actor(FinishableNode):
         if self._command is None or self._command.values.size != loaded.act_dim:
             self._command = CommandBuffer(loaded.act_dim, self.echo)
             if self.mode == "deploy":  # the rate limit ramps the first command from the safe one
-                self._command.values[:] = self.safe
-                self._command.remember(time.monotonic())
+                self._safe_into(self._command, time.monotonic())
         if self.swap_delay < 0:
             self.current = loaded  # the swap: one assignment, read once per control step
             self.swaps += 1
@@ -566,8 +572,7 @@ class Actor(FinishableNode):
             self.get_logger().warning(
                 f"no valid observation for {self.obs_timeout:g} s: publishing the safe command "
                 f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations return")
-        command.values[:] = self.safe
-        command.remember(now)
+        self._safe_into(command, now)
         self._send(command, None)
         self.safe_commands += 1
 
@@ -609,10 +614,29 @@ class Actor(FinishableNode):
         if self._extra:
             obs = self._with_clock(obs)
         start = perf_counter_ns()
-        action = current.run(obs)
+        action = self._run(current, obs)
         self.inference_ns.add(perf_counter_ns() - start)
-        self._clamp_into(action, current, command, now)
+        if action is None:
+            self._safe_into(command, now)
+        else:
+            self._clamp_into(action, current, command, now)
         self._send(command, seq)
+
+    def _run(self, current: LoadedPolicy, obs: np.ndarray) -> np.ndarray | None:
+        """pi(obs), or None (counted, logged) when the model fails on it: a graph whose shapes or
+        indices depend on the input can pass every load-time check and still fail here."""
+        try:
+            return current.run(obs)
+        except PolicyRunError as err:
+            self.failed_runs += 1
+            self.get_logger().error(f"{err}: safe command instead" if self.mode == "deploy"
+                                    else f"{err}: observation not answered",
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            return None
+
+    def _safe_into(self, command: CommandBuffer, now: float) -> None:
+        command.values[:] = self.safe
+        command.remember(now)
 
     def _clamp_into(self, action: np.ndarray, current: LoadedPolicy, command: CommandBuffer,
                     now: float) -> None:
@@ -631,8 +655,7 @@ class Actor(FinishableNode):
             self.nonfinite_actions += 1
             self.get_logger().error("the policy returned a non-finite action: safe command instead",
                                     throttle_duration_sec=LOG_THROTTLE_S)
-            out[:] = self.safe
-            command.remember(now)
+            self._safe_into(command, now)
             return
         np.clip(action, *current.bounds, out=out)
         if self.max_action_rate > 0:
@@ -671,20 +694,23 @@ class Actor(FinishableNode):
             return None
         if self.mode == "train":
             return self._explore(obs, current)
-        return np.clip(current.run(obs), *current.bounds).astype(np.float64)
+        action = self._run(current, obs)
+        return None if action is None else np.clip(action, *current.bounds).astype(np.float64)
 
-    def _explore(self, obs: np.ndarray, current: LoadedPolicy) -> np.ndarray:
-        step = self.steps
-        self.steps += 1
-        self.actions_by_version[current.version] = self.actions_by_version.get(current.version, 0) + 1
+    def _explore(self, obs: np.ndarray, current: LoadedPolicy) -> np.ndarray | None:
         act_dim = current.low.size
-        warm = step < self.warmup_steps and current.version < self.warmup_steps
+        warm = self.steps < self.warmup_steps and current.version < self.warmup_steps
         if warm:
             unit = self.rng.uniform(-1.0, 1.0, act_dim).astype(np.float32)
         else:
-            a = current.scaler.to_unit(current.run(obs))
+            action = self._run(current, obs)
+            if action is None:
+                return None
+            a = current.scaler.to_unit(action)
             noise = self.rng.normal(0.0, self.noise, act_dim)
             unit = np.clip(a + noise, -1.0, 1.0).astype(np.float32)
+        self.steps += 1
+        self.actions_by_version[current.version] = self.actions_by_version.get(current.version, 0) + 1
         return current.scaler.to_env(unit).astype(np.float64)
 
     @property
@@ -698,7 +724,7 @@ class Actor(FinishableNode):
             "inference": self.inference_ns.summary(), "callback": self.callback_ns.summary(),
             "counters": {name: getattr(self, name) for name in (
                 "actions", "steps", "swaps", "rejected", "rejected_observations", "safe_commands",
-                "stale_events", "nonfinite_actions")},
+                "stale_events", "nonfinite_actions", "failed_runs")},
             "version": self.version,
         }
         if self.pool is not None:

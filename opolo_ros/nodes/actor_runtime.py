@@ -107,3 +107,6 @@ def tune_process(cpus: list[int], priority: int) -> None:
         except PermissionError as err:
             raise ParameterError(f"sched_priority {priority}: not permitted ({err.strerror}); "
                                  "needs CAP_SYS_NICE or an rtprio limit") from None
+        except OSError as err:  # EINVAL: none of `cpus` is available to this process
+            raise ParameterError(f"cpu_affinity {cpus}: {err.strerror} (CPUs available to this "
+                                 f"process: {sorted(os.sched_getaffinity(0))})") from None

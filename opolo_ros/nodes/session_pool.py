@@ -23,6 +23,7 @@ from opolo_ros.export.graph_weights import GraphWeights, split_weights
 from opolo_ros.export.onnx_policy import (
     VERIFY_TOL,
     OnnxPolicy,
+    PolicyLoadError,
     PolicyMetadata,
     check_dims,
     read_model,
@@ -63,6 +64,11 @@ class SessionPool:
         # it: the lock makes it finish first (or run the new weights whole, never half written).
         with slot.loaded.lock:
             slot.loaded.policy.write_weights(graph.weights)
+            try:  # new weights can make a graph fail (an index out of range): refuse them here
+                slot.loaded.policy.warmup(1)
+            except PolicyLoadError:
+                self._slots.remove(slot)
+                raise
         if graph.structure not in self._checked:
             safe_point()
             reference = OnnxPolicy(data, origin=origin, expected_obs_dim=obs_dim, expected_act_dim=act_dim)
