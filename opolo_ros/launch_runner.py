@@ -129,7 +129,12 @@ def task_name(env_id: str) -> str:
 
 
 def task_params_file(env_id: str) -> str:
-    """The package's parameter file for a task (``config/<task>.yaml``), or '' if there is none."""
+    """The package's parameter file for a task (``config/<task>.yaml``), or '' if there is none.
+
+    None for an MJCF file: one named like a shipped task (``hopper.xml``) is still the user's own
+    model, and the task's demonstrations and run folder are not its own."""
+    if env_id.endswith(".xml"):
+        return ""
     path = package_path("config", f"{task_name(env_id)}.yaml")
     return str(path) if path.is_file() else ""
 
@@ -481,7 +486,12 @@ def run_launch(name: str, argv: Sequence[str] = (), domain_id: int | None = None
           + f"; nodes: {', '.join(s.name for s in specs)}", file=sys.stderr)
     try:
         with GraphRunner(specs, domain_id) as graph:
-            _write_launch_record(graph, path, args)
+            learner = next((n for n in graph.nodes.values() if hasattr(n, "run_folder_taken")), None)
+            if learner is not None:  # the record goes in once the learner holds (and resumed) the folder:
+                # a refused start (folder in use, config changed) leaves it as it was
+                taken = learner.run_folder_taken
+                if graph.spin_until(lambda: graph.done() or taken.is_set(), stop=stop) and taken.is_set():
+                    _write_launch_record(graph, path, args)
             graph.spin_until(graph.done, stop=stop)
             interrupted = stop.is_set()
             if interrupted:
@@ -499,7 +509,6 @@ def _write_launch_record(graph: GraphRunner, path: Path, args: Mapping[str, str]
     if learner is None or "run_dir" not in learner.parameters:
         return
     run_dir = Path(str(learner.parameters["run_dir"]))
-    run_dir.mkdir(parents=True, exist_ok=True)
     record = {"launch_file": path.name, "arguments": dict(args),
               "nodes": {s.name: {"executable": s.executable, "namespace": s.namespace,
                                  "remappings": [list(r) for r in s.remappings],

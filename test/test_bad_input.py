@@ -275,3 +275,19 @@ def test_learner_refuses_a_run_folder_another_process_trains_in(tmp_path, ros_do
     err = capfd.readouterr().err
     assert f"learner failed: run folder {tmp_path / 'run'} is in use by another training process " \
            f"(pid {os.getpid()})" in err and "Traceback" not in err
+
+
+def test_a_launch_refused_by_the_learner_leaves_the_run_folder_alone(tmp_path, ros_domain_id):
+    """launch_params.yaml was written before the learner took the folder: over the record of the run
+    that another process trains there (or of the run whose config a refused resume would change)."""
+    from opolo_ros.launch_runner import run_launch
+    from opolo_ros.train.runlock import RunFolderInUse, RunFolderLock
+
+    run = tmp_path / "run"
+    lock = RunFolderLock(run).acquire()
+    try:
+        result = run_launch("sim_train", [f"run_dir:={run}", "total_steps:=50"], ros_domain_id)
+        assert isinstance(result.learner.error, RunFolderInUse)
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]
+    finally:
+        lock.release()

@@ -227,17 +227,20 @@ def test_launch_stopped_before_training_claims_no_checkpoint(tmp_path):
     env = dict(os.environ)
     runtime.apply_local_dds_env(env, overwrite=True)
     env[runtime.DOMAIN_ID_ENV] = str(runtime.isolated_domain_id())
-    proc = subprocess.Popen([OPOLO_ROS, "launch", "sim_train", f"params_file:={params}",
-                             f"run_dir:={run_dir}"], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen([OPOLO_ROS, "launch", "sim_train", f"params_file:={params}",
+                                 f"run_dir:={run_dir}"], cwd=tmp_path, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=err)
     try:
         deadline = time.monotonic() + 120.0
-        while not (run_dir / "launch_params.yaml").is_file():  # written once every node is built
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        while "waiting for demonstrations on" not in log.read_text():  # every node is built
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120.0)
+        proc.communicate(timeout=120.0)
+        stderr = log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -245,6 +248,7 @@ def test_launch_stopped_before_training_claims_no_checkpoint(tmp_path):
     assert proc.returncode == 130, stderr[-3000:]
     assert "opolo-ros launch: stopped after" in stderr and "(no checkpoint written)" in stderr, stderr[-3000:]
     assert "checkpoint in" not in stderr and not (run_dir / "checkpoint.pt").exists()
+    assert not (run_dir / "launch_params.yaml").exists()  # the learner never took the folder
 
 
 # --------------------------------------------------------------------------- exported metadata

@@ -348,11 +348,16 @@ def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
 
     from opolo_ros.ros import runtime
 
-    xml = tmp_path / "inverted_pendulum.xml"  # the stem picks config/inverted_pendulum.yaml (4 obs)
+    xml = tmp_path / "inverted_pendulum.xml"
     xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
     env = {**os.environ, runtime.DOMAIN_ID_ENV: str(ros_domain_id)}
-    run = subprocess.run([str(Path(sys.executable).parent / "opolo-ros"), "launch", "sim_train",
-                          f"env:={xml}", "total_steps:=1100", f"run_dir:={tmp_path / 'run'}"],
+    launch = [str(Path(sys.executable).parent / "opolo-ros"), "launch", "sim_train", f"env:={xml}"]
+    # Named like a shipped task, still the user's own model: no task file, so no demonstrations.
+    refused = subprocess.run(launch, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "needs demonstrations: demos:=" in refused.stderr, refused.stderr[-2000:]
+    run = subprocess.run([*launch, "params_file:=config/inverted_pendulum.yaml", "total_steps:=1100",
+                          f"run_dir:={tmp_path / 'run'}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "no evaluation: the task has no reward" in run.stdout and "nan" not in run.stdout

@@ -128,6 +128,7 @@ class Learner(FinishableNode):
         self._replay_queue: queue.Queue[Float32MultiArray | bytes] = queue.Queue()
         self._progress_lock = threading.Lock()
         self._progress_msg: Int64MultiArray | None = None
+        self.run_folder_taken = threading.Event()  # set once the run folder is locked and resumed
 
         self.policy_pub = self.create_publisher(UInt8MultiArray, p["policy_topic"], qos_for("policy"))
         self.progress_pub = self.create_publisher(Int64MultiArray, p["progress_topic"],
@@ -253,11 +254,12 @@ class Learner(FinishableNode):
         params = {**flatten(to_dict(self.cfg)), **self.params, "policy_every": self.trainer.policy_every}
         (self.trainer.run_dir / "learner_params.yaml").write_text(
             yaml.safe_dump({"learner": {"ros__parameters": params}}, sort_keys=False))
+        self.run_folder_taken.set()
         return True
 
     def _wait_for_demos(self) -> list[Episode] | None:
         want = self.cfg.num_demos
-        last_note = time.monotonic()
+        last_note = -math.inf  # the first note at once, then every 10 s
         while not self._stop.is_set():
             n = len(self.demos)
             settled = n > 0 and time.monotonic() - self._demo_last > self.params["demo_settle_s"]

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 RUN_FILES = ("checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx", "policy_best.onnx",
-             "learning_curve.png", "replay_journal.bin", "learner_params.yaml")
-# (launch_params.yaml is written by `opolo-ros launch` before the learner starts: the new run's)
+             "learning_curve.png", "replay_journal.bin", "learner_params.yaml", "launch_params.yaml")
+# (launch_params.yaml: `opolo-ros launch` writes the new run's once the learner has set these aside)
 
 
 def set_aside_previous_run(run_dir: Path) -> Path | None:
