@@ -21,6 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from opolo_ros.errors import exit_status
 from opolo_ros.train.logger import RunLogger
 
 
@@ -90,4 +91,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

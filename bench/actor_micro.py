@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from opolo_ros.errors import exit_status  # noqa: E402
 from opolo_ros.ros import latency, runtime  # noqa: E402
 from opolo_ros.ros import messages as m  # noqa: E402
 
@@ -202,4 +203,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

@@ -19,11 +19,15 @@ batch; 300: the three critic inputs of OPOLO's DICE loss stacked). A probe, not 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch.autograd import Function
+
+from opolo_ros.errors import exit_status
 
 BF16 = torch.bfloat16
 DIMS = (23, 400, 300, 1)
@@ -112,4 +116,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main, Path(__file__).name))

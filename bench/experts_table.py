@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from opolo_ros.data.bags import read_bag_metadata
+from opolo_ros.errors import exit_status
 from opolo_ros.export.onnx_policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,4 +83,4 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    sys.exit(exit_status(cli, Path(__file__).name))

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from opolo_ros.algo.networks import Actor
+from opolo_ros.errors import exit_status
 from opolo_ros.export import onnx_policy
-from opolo_ros.train.direct import exit_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=12)
     p.add_argument("--scales", type=float, nargs="+", default=[1.0, 3.0, 6.0, 10.0])
     args = p.parse_args(argv)
+    if args.seeds < 1 or not args.scales:
+        raise ValueError(f"--seeds must be at least 1 and --scales not empty, got {args.seeds} "
+                         f"and {args.scales}")
     ratios, refused = [], []
     print("| seed | obs_dim | weight scale | worst ONNX error | PyTorch error there | ratio | check |")
     print("|---|---|---|---|---|---|---|")

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
 from opolo_ros.data.journal import JournalRecord, ReplayJournal  # noqa: E402
+from opolo_ros.errors import exit_status  # noqa: E402
 
 IP_FIELDS = 2 * 4 + 1 + 3  # InvertedPendulum: obs_dim 4, act_dim 1
 JOURNAL_MODES = {"no journal": {"journal": False}, "journal": {"journal": True, "journal_fsync": False},
@@ -125,4 +126,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

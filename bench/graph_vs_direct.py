@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 
 from opolo_ros.algo.config import deep_merge, load_run_config  # noqa: E402
+from opolo_ros.errors import exit_status  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, load_launch_module  # noqa: E402
 from opolo_ros.train.direct import DirectTrainer  # noqa: E402
 from opolo_ros.train.logger import RunLogger  # noqa: E402
@@ -281,4 +282,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from opolo_ros.algo.networks import Actor
+from opolo_ros.errors import exit_status
 from opolo_ros.export.onnx_policy import BoundPolicy, export_policy, load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,4 +118,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from opolo_ros.algo.config import load_run_config, merge_overrides
-from opolo_ros.train.direct import exit_status, train_direct
+from opolo_ros.errors import exit_status
+from opolo_ros.train.direct import train_direct
 from opolo_ros.train.logger import RunLogger
 
 

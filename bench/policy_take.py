@@ -33,6 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from opolo_ros.errors import exit_status  # noqa: E402
 from opolo_ros.ros import runtime  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx"
@@ -122,4 +123,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

@@ -20,7 +20,9 @@ import cProfile
 import io
 import pstats
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,6 +31,7 @@ from opolo_ros.algo.config import OPOLOConfig, update_dataclass
 from opolo_ros.algo.opolo import OPOLOLearner
 from opolo_ros.data.demos import Episode, ExpertDataset
 from opolo_ros.data.replay import ReplayBuffer
+from opolo_ros.errors import exit_status
 
 OBS, ACT, BATCH, POLICY_DELAY = 17, 6, 100, 2
 
@@ -152,4 +155,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main, Path(__file__).name))

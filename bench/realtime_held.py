@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "test"))
 
 import test_deploy as td  # noqa: E402  (the test's graph: one definition of the deploy set-up)
 
+from opolo_ros.errors import exit_status  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner  # noqa: E402
 from opolo_ros.ros.runtime import isolated_domain_id  # noqa: E402
 from opolo_ros.sim.tasks import control_period  # noqa: E402
@@ -88,4 +89,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main, Path(__file__).name))

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from opolo_ros.errors import exit_status
 from opolo_ros.export.onnx_policy import load_policy
 from opolo_ros.sim.envs import check_policy_fits, make_env
-from opolo_ros.train.direct import exit_status
 
 
 def episode_parts(policy, env, seed: int, hold_time_feature: float | None = None) -> dict[str, float]:

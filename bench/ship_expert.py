@@ -24,6 +24,7 @@ from pathlib import Path
 import experts_table
 
 from opolo_ros import cli
+from opolo_ros.errors import exit_status
 from opolo_ros.export.onnx_policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,4 +101,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main, Path(__file__).name))

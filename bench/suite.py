@@ -26,8 +26,8 @@ from learning import run_seed
 
 from opolo_ros.algo.config import load_run_config
 from opolo_ros.data.demos import load_episodes
+from opolo_ros.errors import exit_status
 from opolo_ros.launch_runner import task_params_file
-from opolo_ros.train.direct import exit_status
 from opolo_ros.train.logger import RunLogger
 
 VARIANTS = {"opolo": [], "opolo-x": ["opolo.lam=0"]}

@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from opolo_ros.errors import exit_status
+
 ENV_ID = "HalfCheetah-v5"
 HIDDEN = (400, 300)
 BATCH = 100
@@ -356,4 +358,4 @@ def print_table(res: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main, Path(__file__).name))

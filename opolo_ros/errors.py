@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 def one_line(err: BaseException) -> str:
     """An exception's message on one line (YAML, rcl and onnxruntime messages span several)."""
     return " ".join(str(err).split()) or type(err).__name__
+
+
+def exit_status(main: Callable[[], int | None], name: str) -> int:
+    """`main()`'s status for a script: bad input (ValueError, a missing or unreadable file) gives
+    one line on stderr and 2, a signal (KeyboardInterrupt, the training loops' TrainingInterrupted
+    among them) one line and 130, as the `opolo-ros` commands do."""
+    try:
+        return main() or 0
+    except (ValueError, OSError) as exc:
+        print(f"{name}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        print(f"{name}: interrupted: {one_line(exc) if str(exc) else 'stopped'}", file=sys.stderr)
+        return 130

@@ -85,6 +85,7 @@ CASES = {
                                               "use `opolo-ros train`"),
     "evaluate no episodes": Case(("evaluate", "{expert_onnx}", "--episodes", "0"),
                                  "--episodes must be at least 1, got 0"),
+    "bench script bad input": Case(("bench", "reward_parts", "{tmp}/missing.onnx"), "policy file not found"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),
                                        "is not valid YAML", node=True),
     "node parameter wrong type": Case(("sim_bridge", "--ros-args", "--params-file", "{wrong_type_params}"),

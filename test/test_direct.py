@@ -426,3 +426,20 @@ def test_starting_over_sets_the_previous_runs_files_aside(tmp_path, demos):
     assert {"checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx"} <= kept  # exportable as it was
     assert len((run / "eval.csv").read_text().splitlines()) == 3  # header + 50 + 100: the new run's only
     assert len(list((run / "tb").iterdir())) == 1  # one events file: the new run's
+
+
+def test_config_changes_name_the_shape_changing_keys_first() -> None:
+    """With seven harmless changes the one that stopped the resume was cut off as 'and 1 more'."""
+    from opolo_ros.train.checkpoint import config_changes
+
+    saved = {"checkpoint_every": 200, "eval_every": 100, "eval_episodes": 1, "export_every": 100,
+             "time_feature": False, "schedule": {"warmup_steps": 10, "inverse_pretrain_steps": 5,
+                                                 "batch_size": 32},
+             "opolo": {"net": {"hidden": [64, 64]}}}
+    current = {"checkpoint_every": 5000, "eval_every": 5000, "eval_episodes": 10, "export_every": 500,
+               "time_feature": True, "schedule": {"warmup_steps": 1000, "inverse_pretrain_steps": 50,
+                                                  "batch_size": 100},
+               "opolo": {"net": {"hidden": [400, 300]}}}
+    changes = config_changes(saved, current)
+    assert changes[:2] == ["opolo.net.hidden: [64, 64] -> [400, 300]", "time_feature: False -> True"]
+    assert changes[2:] == sorted(changes[2:]) and len(changes) == 9

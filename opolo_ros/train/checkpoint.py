@@ -73,11 +73,18 @@ def restore_torch_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+# Config values that set the shapes of networks, normalisers or replay: a change in one of these is
+# what stops a checkpoint from loading, so they are named first.
+SHAPE_KEYS = ("time_feature", "net.", "normalize_", "schedule.buffer_size", "fused_adam")
+
+
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``key: saved -> current`` for every config value that differs (dotted names)."""
+    """``key: saved -> current`` for every config value that differs (dotted names), those that
+    set shapes first (SHAPE_KEYS), then the rest alphabetically."""
     old, new = flatten(saved), flatten(current)
-    return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
-            for k in sorted(old.keys() | new.keys()) if old.get(k) != new.get(k)]
+    changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]
+    changed.sort(key=lambda k: (not any(part in k for part in SHAPE_KEYS), k))
+    return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in changed]
 
 
 def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], path: str | Path,

@@ -431,11 +431,3 @@ class DirectTrainer:
 def train_direct(cfg: RunConfig, resume: bool = True) -> TrainResult:
     return DirectTrainer(cfg).train(resume=resume)
 
-
-def exit_status(main: Callable[[], int | None], name: str) -> int:
-    """`main()`'s status for a script that trains: a signal gives one line on stderr and 130."""
-    try:
-        return main() or 0
-    except TrainingInterrupted as exc:
-        print(f"{name}: interrupted: {exc}", file=sys.stderr)
-        return 130
