@@ -90,6 +90,9 @@ CASES = {
                                        "is not valid YAML", node=True),
     "node parameter wrong type": Case(("sim_bridge", "--ros-args", "--params-file", "{wrong_type_params}"),
                                       "parameter 'mode': expected str, got 3", node=True),
+    "node params file unknown key": Case(("sim_bridge", "--ros-args", "-r", "__node:=bridge2",
+                                          "--params-file", "{typo_node_params}"),
+                                         "section 'bridge2': unknown key 'max_ahed'", node=True),
     "node demos with NaN": Case(("demo_player", "--ros-args", "-p", "demos:={nan_bag}"), "NaN or inf",
                                 node=True),
 }
@@ -119,7 +122,8 @@ def bad_files(tmp: Path) -> dict[str, str]:
     files["failing_onnx"].write_bytes(gather_policy(7, env_id=ENV, high=3.0))
     texts = {"malformed_yaml": "seed: [1,\n", "wrong_type_yaml": "seed: abc\n",
              "malformed_params": "learner:\n  ros__parameters: {seed: [1,\n",
-             "wrong_type_params": yaml.safe_dump({"/**": {"ros__parameters": {"mode": 3}}})}
+             "wrong_type_params": yaml.safe_dump({"/**": {"ros__parameters": {"mode": 3}}}),
+             "typo_node_params": yaml.safe_dump({"bridge2": {"ros__parameters": {"max_ahed": 3}}})}
     task = (ROOT / "config" / "inverted_pendulum.yaml").read_text()
     texts["typo_learner_params"] = task.replace("total_steps: 20000", "total_step: 300")
     texts["typo_bridge_params"] = task.replace("max_ahead: 50", "max_ahed: 50")

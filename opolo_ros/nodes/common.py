@@ -172,14 +172,25 @@ def default_node_name(factory: NodeFactory) -> str:
     return default if isinstance(default, str) else getattr(factory, "__name__", "node")
 
 
-def check_params_files(args: list[str]) -> None:
+def check_params_files(args: list[str], executable: str) -> None:
     """Read each ``--params-file`` of the ROS arguments: a one-line error for a missing or malformed
-    file, instead of rcl's multi-line parser report."""
-    from opolo_ros.launch_runner import read_params_file
+    file, instead of rcl's multi-line parser report, and for a key the node does not declare in the
+    sections it reads (rcl ignores it: a typo would change the run silently), as `opolo-ros launch`
+    checks its parameter files. The node name and namespace are those of ``-r __node:=`` and
+    ``-r __ns:=`` when given."""
+    from opolo_ros.launch_runner import node_parameters
 
+    name, namespace = executable, ""
+    for flag, value in zip(args, args[1:]):
+        if flag in ("-r", "--remap"):
+            key, _, target = value.partition(":=")
+            if key == "__node":
+                name = target
+            elif key == "__ns":
+                namespace = target
     for flag, value in zip(args, args[1:]):
         if flag == "--params-file":
-            read_params_file(value)
+            node_parameters(value, name, namespace, executable)
 
 
 def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
@@ -203,7 +214,7 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     status = 0
     with stop_on_signals(stop):
         try:
-            check_params_files(argv)
+            check_params_files(argv, default_node_name(factory))
             rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
             node = factory()
             # A node may choose its executor (the actor's `executor` parameter); else the events one.
