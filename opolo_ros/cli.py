@@ -7,12 +7,14 @@ bad YAML, unknown or wrong-typed keys, models of the wrong dimensions), never a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from opolo_ros.algo.config import (
     SEED_MAX,
@@ -42,6 +44,8 @@ def _config(args: argparse.Namespace, algo: str | None = None) -> RunConfig:
     """The run config of a command: defaults, --config, --set, the options; `algo` is the command's
     (train: opolo, train-expert: td3), and a config or --set that asks for the other one is refused."""
     overrides = merge_overrides(args.set or [])
+    if algo == "td3" and getattr(args, "demos", None) is not None:
+        raise ValueError("--demos is for OPOLO (`opolo-ros train`); a TD3 expert learns from the reward")
     for key in ("seed", "total_steps", "run_dir", "env_id", "demos"):
         value = getattr(args, key, None)
         if value is not None:
@@ -86,6 +90,15 @@ def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
     return 0
 
 
+def _gym_task(env_id: str, command: str) -> str:
+    """`env_id`, unless it is an MJCF file: those have no reward to evaluate, nor a rollout helper here."""
+    if env_id.endswith(".xml"):
+        raise ValueError(f"{command} needs a Gymnasium task id, not an MJCF file ({env_id}): it has no "
+                         "reward; record a robot model through the graph: opolo-ros launch record_expert "
+                         "env:=<file.xml> model:=...")
+    return env_id
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from opolo_ros.export.onnx_policy import load_policy
     from opolo_ros.sim.envs import check_policy_fits, evaluate
@@ -93,7 +106,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     policy = load_policy(args.model)
-    env_id = args.env_id or policy.metadata.env_id
+    env_id = _gym_task(args.env_id or policy.metadata.env_id, args.command)
     time_feature = policy.metadata.time_feature
     check_policy_fits(args.model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id,
                       time_feature)
@@ -113,6 +126,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from opolo_ros.train.direct import export_checkpoint
 
     checkpoint, output = Path(args.checkpoint), Path(args.output)
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {checkpoint}" if not checkpoint.exists() else
+                                f"checkpoint {checkpoint} is not a file (the run folder's checkpoint.pt?)")
     if output.is_dir():
         raise ValueError(f"output {args.output} is a folder; give the ONNX file to write, e.g. "
                          f"{output / 'policy.onnx'}")
@@ -132,18 +148,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from opolo_ros.data.bags import write_demonstrations
     from opolo_ros.export.onnx_policy import load_policy
     from opolo_ros.sim.envs import check_policy_fits
-    from opolo_ros.sim.rollout import complete_episodes, rollout_episodes
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     model = Path(args.model)
     policy = load_policy(model)
-    env_id = args.env_id or policy.metadata.env_id
+    env_id = _gym_task(args.env_id or policy.metadata.env_id, args.command)
     time_feature = policy.metadata.time_feature if args.time_feature == "auto" else args.time_feature == "on"
     check_policy_fits(model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id, time_feature,
                       trained_on=policy.metadata.env_id)
@@ -151,11 +163,28 @@ def cmd_record(args: argparse.Namespace) -> int:
     if output.exists():
         raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "
                               "(choose another --output or remove it)")
+    created = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
     try:  # a path that cannot hold a bag fails now, not after the whole recording
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ValueError(f"--output {output}: cannot create its folder {output.parent} "
                          f"({err.strerror})") from None
+    try:
+        return _record_into(args, policy, model, env_id, time_feature, output)
+    except BaseException:
+        for folder in created:  # deepest first; only the empty folders this command made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str, time_feature: bool,
+                 output: Path) -> int:
+    import numpy as np
+
+    from opolo_ros.data.bags import write_demonstrations
+    from opolo_ros.sim.rollout import complete_episodes, rollout_episodes
+
     metadata = {"env_id": env_id, "expert": model.name, "seed": args.seed, "source": "opolo-ros record"}
     if args.skip_terminated:
         episodes, skipped = complete_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,

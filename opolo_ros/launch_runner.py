@@ -149,6 +149,12 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"parameter file {path}: expected a mapping of node names")
     out: dict[str, Any] = {}
     for key, section in data.items():
+        if not isinstance(section, Mapping) and not any(isinstance(v, Mapping) and "ros__parameters" in v
+                                                        for v in data.values()):
+            raise ValueError(f"parameter file {path} looks like a plain run config (top-level '{key}: "
+                             f"{section}'), the file `opolo-ros train --config` takes; a launch needs a "
+                             "ROS 2 parameter file (<node or /**>: {ros__parameters: {...}}, e.g. "
+                             "config/inverted_pendulum.yaml)")
         if not isinstance(section, Mapping) or not isinstance(section.get("ros__parameters", {}), Mapping):
             raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
                              "(a ROS 2 parameter file)")
@@ -223,6 +229,9 @@ def parse_arguments(items: Sequence[str]) -> dict[str, str]:
         name, sep, value = item.partition(":=")
         if not sep or not name or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"launch argument {item!r} must look like name:=value")
+        if value and not value.strip():
+            raise ValueError(f"launch argument {name!r} is blank ({value!r}): give a value, or "
+                             f"{name}:= (empty) for its default")
         out[name] = value
     return out
 

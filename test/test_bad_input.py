@@ -85,6 +85,18 @@ CASES = {
                                               "use `opolo-ros train`"),
     "evaluate no episodes": Case(("evaluate", "{expert_onnx}", "--episodes", "0"),
                                  "--episodes must be at least 1, got 0"),
+    "export checkpoint missing": Case(("export", "{tmp}/nope.pt", "{tmp}/out.onnx"),
+                                      "checkpoint not found: "),
+    "config is a folder": Case(("train", "--config", "{tmp}"), "is not a regular file"),
+    "run dir is a file": Case(("train", "--config", "{opolo_config}", "--run-dir", "{malformed_yaml}"),
+                              "exists and is not a folder"),
+    "train-expert with demos": Case(("train-expert", "--config", "{expert_config}", "--demos", "x"),
+                                    "--demos is for OPOLO"),
+    "launch with a plain run config": Case(("launch", "sim_train", "params_file:={expert_config}"),
+                                           "looks like a plain run config"),
+    "evaluate on an MJCF file": Case(("evaluate", "{expert_onnx}", "--env-id", "{tmp}/robot.xml"),
+                                     "evaluate needs a Gymnasium task id"),
+    "queue file not text": Case(("queue", "{binary_file}"), "is not a text (UTF-8) file"),
     "bench script bad input": Case(("bench", "reward_parts", "{tmp}/missing.onnx"), "policy file not found"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),
                                        "is not valid YAML", node=True),
@@ -118,6 +130,8 @@ def bad_files(tmp: Path) -> dict[str, str]:
     files["corrupt_onnx"] = tmp / "corrupt.onnx"
     files["corrupt_onnx"].write_bytes(b"\x08\x07" + rng.bytes(500))
     files["wrong_dims_onnx"] = wrong_dims_policy(tmp / "wrong_dims.onnx")
+    files["binary_file"] = tmp / "binary.yaml"
+    files["binary_file"].write_bytes(b"\xff\xfe\x00jobs")
     files["failing_onnx"] = tmp / "failing.onnx"  # builds, checks, fails in the first run
     files["failing_onnx"].write_bytes(gather_policy(7, env_id=ENV, high=3.0))
     texts = {"malformed_yaml": "seed: [1,\n", "wrong_type_yaml": "seed: abc\n",
@@ -296,3 +310,19 @@ def test_a_launch_refused_by_the_learner_leaves_the_run_folder_alone(tmp_path, r
         assert sorted(p.name for p in run.iterdir()) == [".lock"]
     finally:
         lock.release()
+
+
+def test_record_stopped_removes_the_folders_it_made(tmp_path, monkeypatch):
+    """--output new/deeper/bag: the folders are made before the rollout (a path that cannot hold a
+    bag fails at once), and were left behind, empty, when the recording failed or was stopped."""
+    from opolo_ros import cli
+
+    def stopped(*_args):
+        raise KeyboardInterrupt("stopped by SIGINT")
+
+    monkeypatch.setattr(cli, "_record_into", stopped)
+    model = ROOT / "models" / "experts" / f"{ENV}.onnx"
+    (tmp_path / "kept").mkdir()
+    out = tmp_path / "kept" / "new" / "deeper" / "bag"
+    assert cli.main(["record", "--model", str(model), "--episodes", "1", "--output", str(out)]) == 130
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept"]

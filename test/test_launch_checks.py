@@ -157,6 +157,7 @@ def test_every_shipped_task_file_passes_both_paths(path, tmp_path):
     ("deploy", [f"model:={EXPERT}", "cpu_affinity:=0,x"],
      r"launch argument 'cpu_affinity' \(comma-separated\): expected an integer, got 'x'"),
     ("deploy", [f"model:={EXPERT}", "watch_model:=1"], r"launch argument 'watch_model': expected true or"),
+    ("sim_train", ["run_dir:= "], r"launch argument 'run_dir' is blank \(' '\): give a value, or run_dir:="),
 ])
 def test_typed_launch_arguments_name_the_argument_they_refuse(tmp_path, name, args, match):
     extra = {"sim_train": [f"run_dir:={tmp_path / 'run'}"], "record_expert": [f"output:={tmp_path / 'bag'}"]}

@@ -302,7 +302,8 @@ def read_yaml(path: str | Path, what: str = "config file") -> Any:
     twice in one mapping."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{what} not found: {path}")
+        raise FileNotFoundError(f"{what} not found: {path}" if not path.exists()
+                                else f"{what} {path} is not a regular file")
     try:
         return yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as exc:
@@ -436,6 +437,8 @@ def check_run_config(cfg: RunConfig) -> None:
                          f"default), got {cfg.torch_threads}")
     if not cfg.run_dir.strip():
         raise ValueError("config 'run_dir': must name a folder (empty would be the working folder)")
+    if Path(cfg.run_dir).exists() and not Path(cfg.run_dir).is_dir():
+        raise ValueError(f"config 'run_dir': {cfg.run_dir} exists and is not a folder")
     _check_floats(values)
     if math.isfinite(cfg.stop_at_return) and cfg.eval_every <= 0:
         raise ValueError(f"config 'stop_at_return' ({cfg.stop_at_return:g}) needs evaluations: "

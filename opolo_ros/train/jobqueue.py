@@ -42,8 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-import yaml
-
+from opolo_ros.algo.config import read_yaml
 from opolo_ros.errors import one_line
 
 NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")  # not ".", "..", a hidden file, > 100
@@ -64,12 +63,7 @@ class Job:
 def load_queue(path: str | Path) -> list[Job]:
     """The jobs of a queue file, in order; ValueError naming the file and the entry on any problem."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"queue file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path, "queue file")  # one line for a missing, malformed or non-UTF-8 file
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise ValueError(f"{path}: expected a mapping with a non-empty list 'jobs'")
     if set(data) != {"jobs"}:

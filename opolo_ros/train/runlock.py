@@ -30,7 +30,11 @@ class RunFolderLock:
         """Take the lock (idempotent); RunFolderInUse names the process holding it."""
         if self._fd is not None:
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise NotADirectoryError(f"{self.label} {self.path.parent} is not a folder (a file of that "
+                                     "name, or a file on its path)") from None
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
