@@ -186,13 +186,15 @@ def package_parameter_names() -> frozenset[str]:
 
 
 def node_parameters(params_file: str | Path | None, name: str, namespace: str = "",
-                    executable: str | None = None) -> dict[str, Any]:
+                    executable: str | None = None, package_wide: bool = False) -> dict[str, Any]:
     """The flat (dotted) parameters a file gives node `name` in `namespace` (see module docstring).
 
     rcl would ignore a key the node does not declare, so a typo would change the run silently; here
     it is an error naming the file, the section and the key (with the closest declared name): in the
     node's own sections, a key its executable (default: `name`) does not declare; in ``/**``, which
-    every node reads, a key no node of the package declares.
+    every node reads, a key no node of the package declares. `package_wide`: the node's own
+    sections are checked as ``/**`` is (a node program given a file of parameters the launch
+    composed, which gives each node the shared ones too).
     """
     if not params_file:
         return {}
@@ -207,7 +209,7 @@ def node_parameters(params_file: str | Path | None, name: str, namespace: str = 
         if key in sections:
             flat = flatten(sections[key])
             where = f"parameter file {params_file}, section '{key}'"
-            if key == "/**":
+            if key == "/**" or package_wide:
                 check_parameter_names(flat, package_parameter_names(), where, "any opolo_ros node")
             elif executable in NODE_CLASSES:
                 check_parameter_names(flat, declared_parameters(executable), where, f"the {executable} node")

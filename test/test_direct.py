@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from opolo_ros.algo.config import load_run_config, to_dict
 from opolo_ros.algo.schedule import Plan
@@ -38,6 +39,10 @@ def small_cfg(tmp_path, demos, algo="opolo", **extra):
         "schedule": {"warmup_steps": 50, "inverse_pretrain_steps": 20, "disc_freq": 25, "disc_steps": 2,
                      "inverse_freq": 25, "inverse_steps": 3, "train_freq": 5, "gradient_steps": 5,
                      "batch_size": 16}, **extra})
+
+
+def quiet_hooks() -> StreamHooks:
+    return StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("s"))
 
 
 def params(trainer):
@@ -443,3 +448,130 @@ def test_config_changes_name_the_shape_changing_keys_first() -> None:
     changes = config_changes(saved, current)
     assert changes[:2] == ["opolo.net.hidden: [64, 64] -> [400, 300]", "time_feature: False -> True"]
     assert changes[2:] == sorted(changes[2:]) and len(changes) == 9
+
+
+def test_a_restart_publishes_its_first_progress_after_the_journal(tmp_path, demos):
+    """The whole graph killed before the first checkpoint: the journal holds batches 0..3 of the
+    bridge's source. The restarted learner published its progress before consuming them (no ack for
+    the source: the restarted bridge began again at batch 0), then acknowledged batch 3, dropped the
+    bridge's new batches 1..3 as consumed already and waited for 4, which the bridge, held by flow
+    control, never sent. The first progress must carry the journal's acknowledgement."""
+    base = to_dict(small_cfg(tmp_path, demos, "td3"))
+    cfg = load_run_config(None, {**base, "schedule": {**base["schedule"], "warmup_steps": 10**6}})
+    rng = np.random.default_rng(0)
+    batches = [ReplayBatch.from_rows(np.concatenate([rng.normal(size=(5, 10)), np.zeros((5, 2))], axis=1)
+                                     .astype(np.float32), 4, seq=k, source=9) for k in range(4)]
+    stream = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    stream.start(None, resume=False, journal=True, journal_fsync=False)
+    for batch in batches:
+        stream.ingest(batch)
+    stream.close()  # killed: no checkpoint, the journal on disk
+    seen: list[dict] = []
+    again = StreamTrainer(cfg, policy_every=10**6, hooks=StreamHooks(
+        lambda path, version: None, lambda: seen.append(dict(again.acks)), logging.getLogger("s")))
+    again.start(None, resume=True, journal=True, journal_fsync=False)
+    assert seen == []  # nothing a bridge could take its counts from yet
+    again.catch_up()
+    again.close()
+    assert again.step == 20 and seen == [{9: (3, 20)}]  # SourceAck(seq, transitions)
+
+
+@pytest.mark.parametrize("total", [160, 200], ids=["final-only", "final-is-periodic"])
+def test_stop_inside_the_final_evaluation_checkpoints_and_resume_evaluates(tmp_path, demos, total):
+    """A signal in the final evaluation ran on (160: it was outside the signal handling, and the
+    run ended by KeyboardInterrupt without its last checkpoint; 200: the interrupted periodic
+    evaluation was done again in full, and the run exited 0)."""
+    extra = {"total_steps": total, "eval_every": 100, "eval_episodes": 10}
+    plain = DirectTrainer(small_cfg(tmp_path / "a", demos, **extra))
+    plain.train()
+    stopped = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
+    policy, calls = stopped.policy, []
+
+    def policy_that_stops(obs):
+        if stopped.step == total:  # only the final evaluation's calls
+            calls.append(1)
+            if len(calls) == 5:
+                stopped.stop.set()
+        return policy(obs)
+
+    stopped.policy = policy_that_stops
+    with pytest.raises(TrainingInterrupted):
+        stopped.train()
+    assert stopped.step == total and stopped.eval_due and len(calls) == 5
+    run = tmp_path / "b" / "run_opolo"
+    assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == total
+    resumed = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
+    resumed.train()
+    plain_rows = (tmp_path / "a" / "run_opolo" / "eval.csv").read_text().splitlines()[1:]
+    rows = (run / "eval.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[:3] for r in rows] == [r.split(",")[:3] for r in plain_rows]
+    assert [r.split(",")[0] for r in rows] == (["100", "160"] if total == 160 else ["100", "200"])
+
+
+def test_the_direct_loop_refuses_a_learner_node_checkpoint(tmp_path, demos):
+    """It failed with KeyError: 'rng' (a traceback); the learner node refuses the direct loop's."""
+    cfg = small_cfg(tmp_path, demos, "td3")
+    stream = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    stream.start(None, resume=False, journal=False, journal_fsync=False)
+    stream.save()
+    stream.close()
+    with pytest.raises(ValueError, match=r"was written by the learner node \(opolo-ros launch sim_train\), "
+                                         r"not by the direct loop; start over"):
+        DirectTrainer(cfg).restore()
+
+
+def test_tensorboard_shows_steps_once_after_a_crash_and_resume(tmp_path, demos):
+    """A crashed run logged past its last checkpoint; the resumed run logs those steps again, and
+    TensorBoard showed both (the probe found 7 duplicate episode returns after a kill -9)."""
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=100, eval_every=0, checkpoint_every=100)
+    DirectTrainer(cfg).train()
+    run = tmp_path / "run_td3"
+    shutil.copy(run / "checkpoint.pt", tmp_path / "at100.pt")
+    DirectTrainer(small_cfg(tmp_path, demos, "td3", total_steps=300, eval_every=0)).train()
+    shutil.copy(tmp_path / "at100.pt", run / "checkpoint.pt")  # as if killed after step 300's logs
+    DirectTrainer(small_cfg(tmp_path, demos, "td3", total_steps=300, eval_every=0)).train()
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    steps = [e.step for e in events.Scalars("train/episode_return")]
+    assert len(steps) > 5 and steps == sorted(set(steps)), steps
+
+
+def test_resuming_with_another_seed_or_variant_is_refused_and_other_changes_are_named(tmp_path, demos,
+                                                                                     capsys):
+    """Seed 7's run resumed as seed 8 or as OPOLO-x went on silently (config.yaml rewritten)."""
+    first = DirectTrainer(small_cfg(tmp_path, demos, total_steps=60))
+    first.train()
+    for extra, says in [({"seed": 8}, "was written with seed 7, not 8: a resumed run goes on"),
+                        ({"opolo": {"lam": 0.0}}, r"is a run of OPOLO \(opolo.lam 0.1\), not of OPOLO-x")]:
+        with pytest.raises(ValueError, match=says):
+            DirectTrainer(small_cfg(tmp_path, demos, total_steps=80, **extra)).train()
+    assert yaml.safe_load((first.run_dir / "config.yaml").read_text())["seed"] == 7
+    capsys.readouterr()
+    DirectTrainer(small_cfg(tmp_path, demos, total_steps=80, eval_episodes=2)).train()
+    assert ("resuming under config values changed since the checkpoint: eval_episodes: 1 -> 2; "
+            "total_steps: 60 -> 80") in capsys.readouterr().out
+
+
+def test_another_tasks_replay_journal_is_refused_in_one_line_and_leaves_the_config(tmp_path, demos):
+    """A ValueError from the journal reached the learner's generic handler (a traceback), after
+    config.yaml had been overwritten."""
+    from opolo_ros.data.journal import JournalRecord, ReplayJournal
+
+    cfg = small_cfg(tmp_path, demos, "td3")
+    run = tmp_path / "run_td3"
+    run.mkdir()
+    (run / "config.yaml").write_text("the other run's\n")
+    other = ReplayJournal(run / "replay_journal.bin", fields=7)
+    other.open()
+    other.append(JournalRecord(0, 1, 0, np.zeros((3, 7), np.float32)))
+    other.close()
+    stream = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    with pytest.raises(ValueError, match=r"holds transitions of 7 fields, this run has 12 .*; use another "
+                                         r"run_dir \(or resume:=false to start over\)$"):
+        stream.start(None, resume=True, journal=True, journal_fsync=False)
+    stream.close()
+    assert (run / "config.yaml").read_text() == "the other run's\n"

@@ -174,10 +174,11 @@ def default_node_name(factory: NodeFactory) -> str:
 
 def check_params_files(args: list[str], executable: str) -> None:
     """Read each ``--params-file`` of the ROS arguments: a one-line error for a missing or malformed
-    file, instead of rcl's multi-line parser report, and for a key the node does not declare in the
-    sections it reads (rcl ignores it: a typo would change the run silently), as `opolo-ros launch`
-    checks its parameter files. The node name and namespace are those of ``-r __node:=`` and
-    ``-r __ns:=`` when given."""
+    file, instead of rcl's multi-line parser report, and for a key no node of the package declares
+    in the sections the node reads (rcl ignores it: a typo would change the run silently). Not
+    per node as `opolo-ros launch` checks: the files a launch composes (``launch_params.yaml``)
+    give every node the shared parameters too. The node name and namespace are those of
+    ``-r __node:=`` and ``-r __ns:=`` when given."""
     from opolo_ros.launch_runner import node_parameters
 
     name, namespace = executable, ""
@@ -190,7 +191,7 @@ def check_params_files(args: list[str], executable: str) -> None:
                 namespace = target
     for flag, value in zip(args, args[1:]):
         if flag == "--params-file":
-            node_parameters(value, name, namespace, executable)
+            node_parameters(value, name, namespace, executable, package_wide=True)
 
 
 def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:

@@ -73,6 +73,9 @@ def restore_torch_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+GRAPH_SOURCE = "learner node"  # a checkpoint's "source": written by the learner node (its state differs)
+
+
 # Config values that set the shapes of networks, normalisers or replay: a change in one of these is
 # what stops a checkpoint from loading, so they are named first.
 SHAPE_KEYS = ("time_feature", "net.", "normalize_", "schedule.buffer_size", "fused_adam")
@@ -85,6 +88,28 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]
     changed.sort(key=lambda k: (not any(part in k for part in SHAPE_KEYS), k))
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in changed]
+
+
+def resume_changes(state: dict[str, Any], config: dict[str, Any], path: str | Path,
+                   start_over: str) -> list[str]:
+    """The config changes a training run resumes under (to report them), after refusing those that
+    make it another experiment: another seed (the restored random state is the old seed's; the
+    evaluation seeds would change), or OPOLO <-> OPOLO-x (``opolo.lam`` 0 against > 0)."""
+    saved = state["config"]
+    if saved.get("seed") != config.get("seed"):
+        raise CheckpointError(f"checkpoint {path} was written with seed {saved.get('seed')}, not "
+                              f"{config.get('seed')}: a resumed run goes on with its own seed's random "
+                              f"state; resume with seed {saved.get('seed')}, or {start_over}")
+    old_lam, new_lam = (c.get("opolo", {}).get("lam") for c in (saved, config))
+    if config.get("algo") == "opolo" and old_lam is not None and (old_lam == 0) != (new_lam == 0):
+        names = {True: "OPOLO-x (opolo.lam 0)", False: f"OPOLO (opolo.lam {old_lam})"}
+        raise CheckpointError(f"checkpoint {path} is a run of {names[old_lam == 0]}, not of "
+                              f"{'OPOLO-x' if new_lam == 0 else 'OPOLO'} (opolo.lam {new_lam}); {start_over}")
+    return config_changes(saved, config)
+
+
+def changes_note(changes: list[str]) -> str:
+    return f"resuming under config values changed since the checkpoint: {'; '.join(changes)}"
 
 
 def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], path: str | Path,

@@ -43,9 +43,13 @@ from opolo_ros.sim.envs import (
     set_env_state,
 )
 from opolo_ros.train.checkpoint import (
+    GRAPH_SOURCE,
+    CheckpointError,
+    changes_note,
     load_checkpoint,
     restore_runner,
     restore_torch_rng,
+    resume_changes,
     save_checkpoint,
     torch_rng_state,
 )
@@ -256,7 +260,13 @@ class DirectTrainer:
         path = path or self.checkpoint_path
         start_over = "start over in another run_dir (or with --no-resume)"
         state = load_checkpoint(path, start_over)
+        if state.get("source") == GRAPH_SOURCE:
+            raise CheckpointError(f"checkpoint {path} was written by the learner node (opolo-ros launch "
+                                  f"sim_train), not by the direct loop; {start_over}")
+        changes = resume_changes(state, to_dict(self.cfg), path, start_over)
         restore_runner(self.runner, state, to_dict(self.cfg), path, start_over)
+        if changes:
+            tqdm.write(changes_note(changes))
         self.step = state["step"]
         self.rng.bit_generator.state = state["rng"]
         restore_torch_rng(state)
@@ -345,7 +355,7 @@ class DirectTrainer:
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if math.isnan(self.random_return):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
-        logger = RunLogger(self.run_dir)
+        logger = RunLogger(self.run_dir, resumed_at=self.step)
         self._t0 = time.perf_counter()
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
@@ -374,14 +384,20 @@ class DirectTrainer:
                         last_log, last_log_t = self.step, now
                         bar.set_postfix(ret=f"{last_ret:.0f}", sps=f"{sps:.0f}")
                     self._periodic(logger, bar)
+                if self.finished and self.pending is None and not self.stop.is_set() \
+                        and self._last_eval_step != self.step:
+                    try:  # the final evaluation, which a signal ends as it ends the periodic ones
+                        self._log_eval(logger, None, self.stop)
+                    except EvaluationInterrupted:
+                        self.eval_due = True
         finally:
             bar.close()
-        if self.stop.is_set() and (not self.finished or self.pending is not None):
+        if self.stop.is_set() and (not self.finished or self.pending is not None or self.eval_due):
             self.save()
             self.export(self.run_dir / "policy.onnx")
             logger.close()
             raise TrainingInterrupted(self.step, self.checkpoint_path, same_command_resumes=resume)
-        mean, std = self._last_eval if self._last_eval_step == self.step else self._log_eval(logger, None)
+        mean, std = self._last_eval
         self.save()
         policy_path = self.export(self.run_dir / "policy.onnx")
         logger.close()

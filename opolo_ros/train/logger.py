@@ -12,14 +12,18 @@ import torch
 class RunLogger:
     EVAL_FIELDS = ("env_step", "return_mean", "return_std", "normalised", "wall_s")
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True, resumed_at: int = 0) -> None:
+        """`resumed_at`: the step of the checkpoint a run resumes from. What a crashed run logged
+        after it (and the resumed run logs again) is purged from TensorBoard's view, not shown twice."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.run_dir / "tb"))
+            # everything at the checkpoint's step was logged before the checkpoint was written
+            purge = resumed_at + 1 if resumed_at else None
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge)
         self.eval_csv = self.run_dir / "eval.csv"
 
     def scalars(self, step: int, values: dict[str, float | torch.Tensor]) -> None:

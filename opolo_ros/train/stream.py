@@ -40,10 +40,13 @@ from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import EvaluationInterrupted, evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
+    GRAPH_SOURCE,
     CheckpointError,
+    changes_note,
     load_checkpoint,
     restore_runner,
     restore_torch_rng,
+    resume_changes,
     save_checkpoint,
     torch_rng_state,
 )
@@ -61,7 +64,7 @@ from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
-CHECKPOINT_SOURCE = "learner node"
+CHECKPOINT_SOURCE = GRAPH_SOURCE
 
 
 class Log(Protocol):
@@ -132,7 +135,8 @@ class StreamTrainer:
     def start(self, episodes: list[Episode] | None, *, resume: bool, journal: bool,
               journal_fsync: bool) -> None:
         """Expert data (OPOLO), run folder, checkpoint (with `resume`), journal; then the first
-        policy and progress go out, so actors have a model before the first step."""
+        policy goes out, so actors have a model before the first step. The first progress (which
+        tells a bridge where its counts go on) waits for :meth:`catch_up`."""
         cfg = self.cfg
         experts = None
         if episodes is not None:
@@ -148,9 +152,10 @@ class StreamTrainer:
         if resume and self.checkpoint_path.is_file():
             self._restore()
             self.hooks.log.info(f"resumed from {self.checkpoint_path} at {self.step} transitions")
-        # after the restore: a checkpoint refused for this config keeps the config it was written with
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self._backlog = self._open_journal(journal, journal_fsync, resume)
+        # after the restore and the journal: a run refused for this config keeps the config it was
+        # written with
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         untrained = untrained_warning(cfg, self.schedule)
         if untrained:
             self.hooks.log.warning(untrained)
@@ -159,10 +164,9 @@ class StreamTrainer:
                                    "has no return to evaluate")
         if math.isnan(self.random_return) and not is_mjcf(cfg.env_id):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
-        self.logger = RunLogger(self.run_dir)
+        self.logger = RunLogger(self.run_dir, resumed_at=self.step)
         self._t0 = time.perf_counter()
         self._publish_policy()
-        self.hooks.publish_progress()
 
     def _open_journal(self, journal: bool, fsync: bool, resume: bool) -> list[JournalRecord]:
         """Open the replay journal; return its records beyond the restored checkpoint."""
@@ -171,7 +175,10 @@ class StreamTrainer:
             return []
         fields = replay_fields(self.obs_dim, self.act_dim)
         self.journal = ReplayJournal(self.journal_path, fields, fsync=fsync)
-        return self.journal.open(keep_from=self.step, discard=not resume)
+        try:
+            return self.journal.open(keep_from=self.step, discard=not resume)
+        except ValueError as err:  # another task's journal: one line, as a checkpoint that does not fit
+            raise CheckpointError(f"{err}; use another run_dir (or resume:=false to start over)") from None
 
     @property
     def done(self) -> bool:
@@ -204,9 +211,15 @@ class StreamTrainer:
             self._bar = None
 
     def catch_up(self) -> None:
-        """What a restart owes: the rest of an interrupted step, then the journalled transitions."""
+        """What a restart owes: the rest of an interrupted step, then the journalled transitions;
+        then the first progress goes out. Not before: a bridge restarted with the learner takes the
+        acknowledgement for its source in the first progress it sees to go on counting from; one
+        published before (or while) the journal is consumed had it start again at batch 0, whose
+        batches up to the journal's last were then dropped as consumed already, and both sides
+        waited on each other for good."""
         if self._finish_step():
             self._consume_backlog()
+            self.hooks.publish_progress()
 
     def is_duplicate(self, batch: ReplayBatch) -> bool:
         """Whether the batch's ``(source, seq)`` was consumed already (a bridge re-sent it).
@@ -251,7 +264,7 @@ class StreamTrainer:
                                        "are missing")
             batch = ReplayBatch.from_rows(record.rows, self.obs_dim, seq=record.seq, source=record.source)
             self._consume(batch, start=max(self.step - record.first_step, 0))
-        self._backlog = []
+        self._backlog = []  # (after the loop: _consume publishes no progress while it is not empty)
         if self.step > first:
             self.hooks.log.info(f"consumed transitions {first}..{self.step} again from the replay journal")
 
@@ -285,7 +298,8 @@ class StreamTrainer:
         if self._bar is not None:
             self._bar.update(taken)
         self.sync_journal()  # acknowledge only what the journal holds
-        self.hooks.publish_progress()
+        if not self._backlog:  # the journal's own batches: acknowledged once all are consumed
+            self.hooks.publish_progress()
 
     def _finish_step(self) -> bool:
         """Run what transition `self.step` still owes: the rest of its plan, then the periodic work.
@@ -401,12 +415,15 @@ class StreamTrainer:
             self.journal.truncate(self.step)
 
     def _restore(self) -> None:
-        state = load_checkpoint(self.checkpoint_path, "use another run_dir (or resume:=false to start over)")
+        start_over = "use another run_dir (or resume:=false to start over)"
+        state = load_checkpoint(self.checkpoint_path, start_over)
         if state.get("source") != CHECKPOINT_SOURCE:
             raise CheckpointError(f"checkpoint {self.checkpoint_path} was written by the direct loop, not by "
-                                  "the learner node; use another run_dir (or resume:=false to start over)")
-        restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path,
-                       "use another run_dir (or resume:=false to start over)")
+                                  f"the learner node; {start_over}")
+        changes = resume_changes(state, to_dict(self.cfg), self.checkpoint_path, start_over)
+        restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path, start_over)
+        if changes:
+            self.hooks.log.info(changes_note(changes))
         self.step = state["step"]
         restore_torch_rng(state)
         self.acks = {int(k): SourceAck(*v) for k, v in state.get("acks", {}).items()}
