@@ -71,6 +71,18 @@ def test_dice_critic_loss_by_hand():
     assert loss.item() == pytest.approx(0.05 + 0.25 + 1.25)
 
 
+def test_dice_critic_loss_with_alpha_1_is_the_papers_objective_per_critic():
+    """The paper's J = (1 - g) E[Q(s0, pi(s0))] + E[f*(y - Q(s, a))] for one critic; the twin
+    critics' residual terms are summed, so with equal critics alpha = 1 (not 0.5) is twice J."""
+    q = T([0.3, -1.2, 2.0])
+    target, q_init = T([1.0, 0.5, 1.5]), T([0.7, 0.1, -0.4])
+    gamma = 0.99
+    paper = (1 - gamma) * q_init.mean() + (0.5 * (target - q) ** 2).mean()
+    twins = losses.dice_critic_loss(torch.stack([q, q]), target, torch.stack([q_init, q_init]),
+                                    alpha=1.0, gamma=gamma)
+    assert twins.item() == pytest.approx(2 * paper.item())
+
+
 def test_dice_actor_loss_by_hand_with_clipping():
     q_init = T([[1.0, 5.0], [3.0, 0.0]])
     residual = T([[-1.0, 3.0], [200.0, 0.5]])  # clip to [0, 100]: [[0, 3], [100, 0.5]]

@@ -46,8 +46,10 @@ class OPOLOConfig:
     lr: float = 3e-4
     disc_lr: float = 3e-4
     inverse_lr: float = 3e-4
-    # DICE objective: linear term weight is 2 * alpha * (1 - gamma); alpha = 0.5 is exactly the
-    # paper's (1 - gamma) E[Q(s0, pi(s0))]; the released code uses alpha = 0.1.
+    # DICE objective: linear term weight is 2 * alpha * (1 - gamma), next to the Bellman residual
+    # terms of both twin critics (summed); alpha = 1 is the paper's balance, (1 - gamma)
+    # E[Q(s0, pi(s0))] against one residual term (the loss is then twice the paper's J for equal
+    # critics: test_losses.py); the released code, which sums the same way, uses alpha = 0.1.
     alpha: float = 0.1
     # f*(y) = |y|^q / q with 1/p + 1/q = 1; q = 2 is the paper's f(x) = x^2 / 2.
     f_q: float = 2.0
