@@ -164,12 +164,12 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "
                               "(choose another --output or remove it)")
     created = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
-    try:  # a path that cannot hold a bag fails now, not after the whole recording
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ValueError(f"--output {output}: cannot create its folder {output.parent} "
-                         f"({err.strerror})") from None
     try:
+        try:  # a path that cannot hold a bag fails now, not after the whole recording
+            output.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ValueError(f"--output {output}: cannot create its folder {output.parent} "
+                             f"({err.strerror})") from None
         return _record_into(args, policy, model, env_id, time_feature, output)
     except BaseException:
         for folder in created:  # deepest first; only the empty folders this command made

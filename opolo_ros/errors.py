@@ -16,7 +16,8 @@ def exit_status(main: Callable[[], int | None], name: str) -> int:
     one line on stderr and 2, a signal (KeyboardInterrupt, the training loops' TrainingInterrupted
     among them) one line and 130, as the `opolo-ros` commands do."""
     try:
-        return main() or 0
+        status = main()
+        return status if isinstance(status, int) else 0  # (a script may return its results)
     except (ValueError, OSError) as exc:
         print(f"{name}: error: {one_line(exc)}", file=sys.stderr)
         return 2

@@ -503,10 +503,13 @@ def run_launch(name: str, argv: Sequence[str] = (), domain_id: int | None = None
                 taken = learner.run_folder_taken
                 if graph.spin_until(lambda: graph.done() or taken.is_set(), stop=stop) and taken.is_set():
                     _write_launch_record(graph, path, args)
+                    taken = None
             graph.spin_until(graph.done, stop=stop)
             interrupted = stop.is_set()
             if interrupted:
                 graph.stop()
+            if learner is not None and taken is not None and taken.is_set():
+                _write_launch_record(graph, path, args)  # taken while the stop came: the run is its
             result = LaunchResult(dict(graph.nodes), interrupted, time.monotonic() - start)
     finally:
         for sig, handler in previous.items():

@@ -326,3 +326,31 @@ def test_record_stopped_removes_the_folders_it_made(tmp_path, monkeypatch):
     out = tmp_path / "kept" / "new" / "deeper" / "bag"
     assert cli.main(["record", "--model", str(model), "--episodes", "1", "--output", str(out)]) == 130
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept"]
+
+
+def test_record_removes_the_folders_a_failed_mkdir_made(tmp_path):
+    from opolo_ros import cli
+
+    model = ROOT / "models" / "experts" / f"{ENV}.onnx"
+    out = tmp_path / "new" / ("a" * 300) / "bag"  # `new` is made, the next name is too long
+    assert cli.main(["record", "--model", str(model), "--episodes", "1", "--output", str(out)]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_node_programs_find_their_params_file_section_under_every_rename(tmp_path):
+    from opolo_ros.nodes.common import check_params_files
+
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump({"bridge2": {"ros__parameters": {"max_ahed": 3}}}))
+    for rule in ("__node:=bridge2", "__name:=bridge2", "sim_bridge:__node:=bridge2"):
+        with pytest.raises(ValueError, match="section 'bridge2': unknown key 'max_ahed'"):
+            check_params_files(["--ros-args", "-r", rule, "--params-file", str(typo)], "sim_bridge")
+    other = ["--ros-args", "-r", "other:__node:=bridge2", "--params-file", str(typo)]
+    check_params_files(other, "sim_bridge")  # renames another node: sim_bridge reads its own sections
+
+
+def test_exit_status_of_a_script_that_returns_its_results():
+    from opolo_ros.errors import exit_status
+
+    assert exit_status(lambda: {"rates": {}}, "x.py") == 0  # sys.exit(dict) printed it and gave 1
+    assert exit_status(lambda: 3, "x.py") == 3

@@ -575,3 +575,73 @@ def test_another_tasks_replay_journal_is_refused_in_one_line_and_leaves_the_conf
         stream.start(None, resume=True, journal=True, journal_fsync=False)
     stream.close()
     assert (run / "config.yaml").read_text() == "the other run's\n"
+
+
+def test_tensorboard_purges_the_checkpoints_own_step_when_it_owes_an_evaluation(tmp_path, demos):
+    """Checkpointed inside step 100's evaluation: the resumed run logs step 100's evaluation after
+    the checkpoint; killed and resumed again, it was shown twice (found by a review)."""
+    import shutil
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    extra = {"total_steps": 200, "eval_every": 100, "eval_episodes": 3}
+    first = DirectTrainer(small_cfg(tmp_path, demos, **extra))
+    policy, calls = first.policy, []
+
+    def stops(obs):
+        if first.step == 100:
+            calls.append(1)
+            if len(calls) == 3:
+                first.stop.set()
+        return policy(obs)
+
+    first.policy = stops
+    with pytest.raises(TrainingInterrupted):
+        first.train()
+    run = tmp_path / "run_opolo"
+    shutil.copy(run / "checkpoint.pt", tmp_path / "at100.pt")  # step 100, its evaluation due
+    DirectTrainer(small_cfg(tmp_path, demos, **extra)).train()  # evaluates at 100 and 200
+    shutil.copy(tmp_path / "at100.pt", run / "checkpoint.pt")  # as if killed after them
+    DirectTrainer(small_cfg(tmp_path, demos, **extra)).train()
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/return")] == [100, 200]
+
+
+def test_a_stop_during_the_last_steps_checkpoint_still_owes_the_final_evaluation(tmp_path, demos):
+    """The stop came in the last step's own checkpoint: train() returned step 100's evaluation as
+    the result, exit 0, no evaluation at the last step (found by a review)."""
+    trainer = DirectTrainer(small_cfg(tmp_path, demos, total_steps=160, eval_every=100, checkpoint_every=80))
+    save = trainer.save
+
+    def save_then_stop() -> None:
+        save()
+        if trainer.step == 160:
+            trainer.stop.set()
+
+    trainer.save = save_then_stop
+    with pytest.raises(TrainingInterrupted):
+        trainer.train()
+    assert trainer.eval_due
+    resumed = DirectTrainer(small_cfg(tmp_path, demos, total_steps=160, eval_every=100, checkpoint_every=80))
+    result = resumed.train()
+    rows = (tmp_path / "run_opolo" / "eval.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[0] for r in rows] == ["100", "160"] and result.env_steps == 160
+
+
+def test_resume_refusals_name_the_task_first() -> None:
+    """A TD3 checkpoint of another seed, resumed as OPOLO-x on another task, was refused as 'a run of
+    OPOLO' or for its seed (found by a review): the task and algorithm come first."""
+    from opolo_ros.train.checkpoint import resume_changes
+
+    saved = to_dict(load_run_config(None, {"algo": "td3", "env_id": "InvertedPendulum-v5", "seed": 7}))
+    opolo_x = {"algo": "opolo", "env_id": "InvertedPendulum-v5", "seed": 8, "opolo": {"lam": 0.0}}
+    for config, says in [(opolo_x,
+                          "is for td3 on InvertedPendulum-v5, not opolo on InvertedPendulum-v5"),
+                         ({"algo": "td3", "env_id": "Hopper-v5", "seed": 8},
+                          "is for td3 on InvertedPendulum-v5, not td3 on Hopper-v5")]:
+        with pytest.raises(ValueError, match=says):
+            resume_changes({"config": saved}, to_dict(load_run_config(None, config)), "ck.pt", "start over")
+    same = to_dict(load_run_config(None, {"algo": "td3", "env_id": "InvertedPendulum-v5", "seed": 7,
+                                          "opolo": {"lam": 0.0}}))  # not an OPOLO run: lam means nothing
+    assert resume_changes({"config": saved}, same, "ck.pt", "start over") == ["opolo.lam: 0.1 -> 0.0"]

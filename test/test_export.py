@@ -311,3 +311,17 @@ def test_export_check_refuses_an_output_that_overflows(nets, tmp_path, monkeypat
     monkeypatch.setattr(OnnxPolicy, "__call__", lambda self, obs: np.full_like(real(self, obs), np.inf))
     with pytest.raises(PolicyExportError, match="float32 overflow"):
         export_policy(nets[0], tmp_path / "p.onnx", action_low=LOW, action_high=HIGH, metadata=META)
+
+
+def test_action_scaler_handles_bounds_near_float32_max_and_hits_the_bounds_exactly() -> None:
+    """high - low overflowed float32 (to_env(0) was inf, to_unit(0) NaN) in every trainer and actor."""
+    from opolo_ros.sim.actions import ActionScaler
+
+    huge = ActionScaler(np.array([-3e38], np.float32), np.array([3e38], np.float32))
+    np.testing.assert_array_equal(huge.to_env(np.array([-1.0, 0.0, 1.0], np.float32)),
+                                  np.array([-3e38, 0.0, 3e38], np.float32))
+    np.testing.assert_allclose(huge.to_unit(np.array([-3e38, 0.0, 1.5e38], np.float32)), [-1.0, 0.0, 0.5])
+    scaler = ActionScaler(LOW, HIGH)
+    np.testing.assert_array_equal(scaler.to_env(np.array([[-1.0] * 3, [1.0] * 3], np.float32)), [LOW, HIGH])
+    x = np.random.default_rng(0).uniform(-1, 1, (50, 3)).astype(np.float32)
+    np.testing.assert_allclose(scaler.to_unit(scaler.to_env(x)), x, atol=1e-6)

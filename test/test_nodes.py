@@ -522,6 +522,7 @@ def test_bridge_refuses_parameters_it_cannot_run_with_naming_them(ros_domain_id,
     ({"replay_gap_timeout_s": float("nan")}, r"'replay_gap_timeout_s' must be a finite number >= 0"),
     ({"progress_period_s": float("inf")}, r"'progress_period_s' must be a finite number >= 0.001, got inf"),
     ({"progress_period_s": 1e-12}, r"'progress_period_s' must be a finite number >= 0.001"),
+    ({"progress_period_s": 1e10}, r"'progress_period_s' must be at most 1e\+06 s, got 1e\+10"),
     ({"policy_every": -1}, r"'policy_every' must be >= 0, got -1"),
     ({"opolo.lr": float("nan")}, r"config 'opolo.lr': must be a finite number > 0, got nan"),
 ])

@@ -185,7 +185,10 @@ def check_params_files(args: list[str], executable: str) -> None:
     for flag, value in zip(args, args[1:]):
         if flag in ("-r", "--remap"):
             key, _, target = value.partition(":=")
-            if key == "__node":
+            node, _, key = key.rpartition(":")  # `<node>:__node:=` applies to that node only
+            if node and node != executable:
+                continue
+            if key in ("__node", "__name"):
                 name = target
             elif key == "__ns":
                 namespace = target

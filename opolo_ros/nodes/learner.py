@@ -103,6 +103,7 @@ PARAMETERS = LEARNER_PARAMETERS
 
 LOG_THROTTLE_S = 1.0
 MIN_PERIOD_S = 1e-3  # a timer period below this is a busy loop
+MAX_PERIOD_S = 1e6  # rcl's timers hold the period in int64 nanoseconds
 ACTION_TOLERANCE = 1e-3  # of half an action range: float32 rounding of a clipped action, not more
 
 
@@ -161,6 +162,9 @@ class Learner(FinishableNode):
             if not least <= p[name] < math.inf:
                 raise ParameterError(f"parameter '{name}' must be a finite number >= {least:g}, "
                                      f"got {p[name]}")
+        if p["progress_period_s"] > MAX_PERIOD_S:
+            raise ParameterError(f"parameter 'progress_period_s' must be at most {MAX_PERIOD_S:g} s, "
+                                 f"got {p['progress_period_s']:g}")
         return cfg, p
 
     @property

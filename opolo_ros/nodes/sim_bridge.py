@@ -344,11 +344,12 @@ class SimBridge(FinishableNode):
 
         Without flow control a learner is not waited for, but one that is there (its progress
         publisher matched) is heard first, for up to ``learner_wait_s`` from the bridge's start (a
-        resumed learner announces itself once its checkpoint is loaded): its acknowledgement gives
-        a restarted bridge its counts. Else the new batch 0, bit-identical to the first one for the
-        same seed, was taken for a re-send and every batch up to the old count dropped. (Batches of
-        the old bridge still queued in the learner take the place of the new bridge's first ones
-        with the same ``seq``: the counts agree, those few transitions are the old run's.)"""
+        resumed learner announces itself once its checkpoint is loaded and its replay journal
+        consumed): its acknowledgement gives a restarted bridge its counts. Else the new batch 0,
+        bit-identical to the first one for the same seed, was taken for a re-send and every batch
+        up to the old count dropped. (Batches of the old bridge still queued in the learner take
+        the place of the new bridge's first ones with the same ``seq``: the counts agree, those
+        few transitions are the old run's.)"""
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
             return False

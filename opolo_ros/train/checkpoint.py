@@ -90,18 +90,25 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in changed]
 
 
+def check_same_task(saved: dict[str, Any], config: dict[str, Any], path: str | Path, start_over: str) -> None:
+    if saved["env_id"] != config["env_id"] or saved["algo"] != config["algo"]:
+        raise CheckpointError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
+                              f"not {config['algo']} on {config['env_id']}; {start_over}")
+
+
 def resume_changes(state: dict[str, Any], config: dict[str, Any], path: str | Path,
                    start_over: str) -> list[str]:
     """The config changes a training run resumes under (to report them), after refusing those that
     make it another experiment: another seed (the restored random state is the old seed's; the
     evaluation seeds would change), or OPOLO <-> OPOLO-x (``opolo.lam`` 0 against > 0)."""
     saved = state["config"]
+    check_same_task(saved, config, path, start_over)
     if saved.get("seed") != config.get("seed"):
         raise CheckpointError(f"checkpoint {path} was written with seed {saved.get('seed')}, not "
                               f"{config.get('seed')}: a resumed run goes on with its own seed's random "
                               f"state; resume with seed {saved.get('seed')}, or {start_over}")
     old_lam, new_lam = (c.get("opolo", {}).get("lam") for c in (saved, config))
-    if config.get("algo") == "opolo" and old_lam is not None and (old_lam == 0) != (new_lam == 0):
+    if saved.get("algo") == "opolo" and old_lam is not None and (old_lam == 0) != (new_lam == 0):
         names = {True: "OPOLO-x (opolo.lam 0)", False: f"OPOLO (opolo.lam {old_lam})"}
         raise CheckpointError(f"checkpoint {path} is a run of {names[old_lam == 0]}, not of "
                               f"{'OPOLO-x' if new_lam == 0 else 'OPOLO'} (opolo.lam {new_lam}); {start_over}")
@@ -121,9 +128,7 @@ def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], p
     feature), naming the config values that changed. `start_over` says how to start afresh.
     """
     saved = state["config"]
-    if saved["env_id"] != config["env_id"] or saved["algo"] != config["algo"]:
-        raise CheckpointError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
-                              f"not {config['algo']} on {config['env_id']}; {start_over}")
+    check_same_task(saved, config, path, start_over)
     try:
         runner.load_state_dict(state["runner"])
     except (RuntimeError, ValueError, KeyError) as exc:

@@ -53,7 +53,7 @@ from opolo_ros.train.checkpoint import (
     save_checkpoint,
     torch_rng_state,
 )
-from opolo_ros.train.logger import RunLogger
+from opolo_ros.train.logger import RunLogger, purge_step
 from opolo_ros.train.runfolder import set_aside_previous_run
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
@@ -355,7 +355,8 @@ class DirectTrainer:
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if math.isnan(self.random_return):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
-        logger = RunLogger(self.run_dir, resumed_at=self.step)
+        logger = RunLogger(self.run_dir,
+                           purge_from=purge_step(self.step, self.eval_due or self.pending is not None))
         self._t0 = time.perf_counter()
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
@@ -384,9 +385,10 @@ class DirectTrainer:
                         last_log, last_log_t = self.step, now
                         bar.set_postfix(ret=f"{last_ret:.0f}", sps=f"{sps:.0f}")
                     self._periodic(logger, bar)
-                if self.finished and self.pending is None and not self.stop.is_set() \
-                        and self._last_eval_step != self.step:
+                if self.finished and self.pending is None and self._last_eval_step != self.step:
                     try:  # the final evaluation, which a signal ends as it ends the periodic ones
+                        if self.stop.is_set():  # (one during the last step's checkpoint or export)
+                            raise EvaluationInterrupted
                         self._log_eval(logger, None, self.stop)
                     except EvaluationInterrupted:
                         self.eval_due = True

@@ -9,21 +9,29 @@ from pathlib import Path
 import torch
 
 
+def purge_step(resumed_at: int, owes_work: bool) -> int | None:
+    """Where a run resumed at step `resumed_at` purges TensorBoard events from: what a crashed run
+    logged after its checkpoint is logged again, and must not show twice. From the next step when
+    the checkpoint's step was complete (all its events were logged before the checkpoint); from the
+    step itself when the checkpoint owes it work (an evaluation, updates), which the resumed run
+    logs at that step. None for a fresh run."""
+    if not resumed_at:
+        return None
+    return resumed_at if owes_work else resumed_at + 1
+
+
 class RunLogger:
     EVAL_FIELDS = ("env_step", "return_mean", "return_std", "normalised", "wall_s")
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True, resumed_at: int = 0) -> None:
-        """`resumed_at`: the step of the checkpoint a run resumes from. What a crashed run logged
-        after it (and the resumed run logs again) is purged from TensorBoard's view, not shown twice."""
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True, purge_from: int | None = None) -> None:
+        """`purge_from`: TensorBoard hides earlier events at this step and later (:func:`purge_step`)."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            # everything at the checkpoint's step was logged before the checkpoint was written
-            purge = resumed_at + 1 if resumed_at else None
-            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge)
+            self.writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge_from)
         self.eval_csv = self.run_dir / "eval.csv"
 
     def scalars(self, step: int, values: dict[str, float | torch.Tensor]) -> None:

@@ -58,7 +58,7 @@ from opolo_ros.train.direct import (
     run_finished,
     seed_everything,
 )
-from opolo_ros.train.logger import RunLogger
+from opolo_ros.train.logger import RunLogger, purge_step
 from opolo_ros.train.runfolder import set_aside_previous_run
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
@@ -164,7 +164,8 @@ class StreamTrainer:
                                    "has no return to evaluate")
         if math.isnan(self.random_return) and not is_mjcf(cfg.env_id):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
-        self.logger = RunLogger(self.run_dir, resumed_at=self.step)
+        self.logger = RunLogger(self.run_dir, purge_from=purge_step(
+            self.step, self.pending is not None or self._periodic_due))
         self._t0 = time.perf_counter()
         self._publish_policy()
 
