@@ -305,14 +305,26 @@ def test_killed_learner_resumes_and_loses_no_acknowledged_transition(tmp_path, d
     robot = processes("actor", probe, logs / "probe.log", "-r", "__ns:=/probe")
 
     # Past the first checkpoint, and between two: the journal holds what the checkpoint does not.
+    # The bridge is then paused (SIGSTOP): the learner, at some 300 steps/s, finished all 420
+    # transitions before this test saw its policy (once in a full run beside two training jobs).
     # And the observer has the policy the robot actor runs (the learner can be killed before DDS
     # has matched the observer to its policy publisher: then the observer would never get one).
-    observer.wait(lambda: observer.transitions >= ckpt + 60 and observer.probe_version in observer.policies,
-                  120.0, "the learner to train", lambda: (
-                      f"at {observer.transitions} transitions, robot actor's version "
-                      f"{observer.probe_version}, versions seen {sorted(observer.policies)}"))
-    learner.proc.kill()
-    learner.proc.wait(timeout=10.0)
+    bridge = next(p for p in others if p.executable == "sim_bridge")
+
+    def training_state() -> str:
+        return (f"at {observer.transitions} transitions, robot actor's version {observer.probe_version}, "
+                f"versions seen {sorted(observer.policies)}")
+
+    observer.wait(lambda: observer.transitions >= ckpt + 60, 120.0, "the learner to train", training_state)
+    os.kill(bridge.pid, signal.SIGSTOP)
+    try:
+        assert observer.transitions < total, "the run ended before the learner could be killed"
+        observer.wait(lambda: observer.probe_version in observer.policies, 30.0,
+                      "the robot actor's policy", training_state)
+        learner.proc.kill()
+        learner.proc.wait(timeout=10.0)
+    finally:
+        os.kill(bridge.pid, signal.SIGCONT)
     acked = max(observer.max_ack.values())
     assert acked > ckpt
 
@@ -338,7 +350,6 @@ def test_killed_learner_resumes_and_loses_no_acknowledged_transition(tmp_path, d
     learner = start_learner(1)
 
     def graph_state() -> str:
-        bridge = next(p for p in others if p.executable == "sim_bridge")
         return (f"at {observer.transitions} transitions, acks {observer.max_ack}\n--- learner:\n"
                 f"{learner.output()[-1500:]}\n--- sim_bridge:\n{bridge.output()[-1500:]}")
 
