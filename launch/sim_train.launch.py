@@ -80,6 +80,22 @@ def _check_episode_length(cfg, bridge_file: dict) -> None:
                          "time_feature off")
 
 
+def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
+    """A learner restarted within the bridge's `learner_timeout_s` is not seen as gone: the batches
+    published while it was down are re-sent only when the acknowledgement has stalled that long. A
+    learner that stops waiting for a missing batch sooner (`replay_gap_timeout_s`) goes on without
+    it: a lost batch (found by a probe with learner_timeout_s 15 and 30)."""
+    from opolo_ros.algo.config import LEARNER_PARAMETERS as LEARNER
+    from opolo_ros.nodes.sim_bridge import PARAMETERS as BRIDGE
+
+    silence = bridge_file.get("learner_timeout_s", BRIDGE["learner_timeout_s"][0])
+    gap = learner_file.get("replay_gap_timeout_s", LEARNER["replay_gap_timeout_s"][0])
+    if isinstance(silence, (int, float)) and isinstance(gap, (int, float)) and silence >= gap:
+        raise ValueError(f"parameter sim_bridge.learner_timeout_s ({silence:g} s) must be below "
+                         f"learner.replay_gap_timeout_s ({gap:g} s): the learner would give up on a batch "
+                         "lost while it restarted before the bridge re-sends it")
+
+
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import flatten, to_dict
@@ -110,6 +126,7 @@ def describe(args: dict) -> list:
                            or default_policy_every(cfg.schedule.train_freq), "parameter learner.policy_every")
     max_ahead = _int_or(args, "max_ahead", bridge_file.get("max_ahead", 0), "parameter sim_bridge.max_ahead")
     _check_episode_length(cfg, bridge_file)
+    _check_timeouts(learner_file, bridge_file)
     shared = {"env_id": cfg.env_id, "seed": cfg.seed}
     return [
         NodeSpec("demo_player", "demo_player", namespace=ns, parameters={

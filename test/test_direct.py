@@ -466,14 +466,16 @@ def test_a_restart_publishes_its_first_progress_after_the_journal(tmp_path, demo
     for batch in batches:
         stream.ingest(batch)
     stream.close()  # killed: no checkpoint, the journal on disk
-    seen: list[dict] = []
+    seen: list = []
     again = StreamTrainer(cfg, policy_every=10**6, hooks=StreamHooks(
-        lambda path, version: None, lambda: seen.append(dict(again.acks)), logging.getLogger("s")))
+        lambda path, version: seen.append(("policy", version)), lambda: seen.append(dict(again.acks)),
+        logging.getLogger("s")))
     again.start(None, resume=True, journal=True, journal_fsync=False)
-    assert seen == []  # nothing a bridge could take its counts from yet
+    assert seen == []  # nothing a bridge or an actor could take its counts from yet
     again.catch_up()
     again.close()
-    assert again.step == 20 and seen == [{9: (3, 20)}]  # SourceAck(seq, transitions)
+    # the first policy's version is the actor's step count: the journal's end, as the bridge's
+    assert again.step == 20 and seen == [("policy", 20), {9: (3, 20)}]  # SourceAck(seq, transitions)
 
 
 @pytest.mark.parametrize("total", [160, 200], ids=["final-only", "final-is-periodic"])

@@ -272,3 +272,12 @@ def test_learner_node_policy_carries_the_contract_metadata_with_seed(tmp_path, r
     assert meta.extra["seed"] == "7" and meta.extra["time_feature"] == "1"
     assert (meta.env_id, meta.obs_dim, meta.version) == ("InvertedPendulum-v5", 5, 0)
     assert meta.source == "opolo_ros learner opolo"
+
+
+def test_sim_train_refuses_a_bridge_timeout_the_learner_would_not_wait_for(tmp_path):
+    params = tmp_path / "p.yaml"
+    params.write_text("/**:\n  ros__parameters: {env_id: InvertedPendulum-v5}\n"
+                      "sim_bridge:\n  ros__parameters: {learner_timeout_s: 15.0}\n")
+    with pytest.raises(ValueError, match=r"sim_bridge.learner_timeout_s \(15 s\) must be below "
+                                         r"learner.replay_gap_timeout_s \(10 s\)"):
+        lr.describe_launch("sim_train", [f"params_file:={params}"])

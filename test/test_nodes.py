@@ -479,6 +479,50 @@ def test_bridge_resends_to_a_learner_that_comes_back(ros_domain_id, ros_node):
         assert bridge.sent > held
 
 
+def test_bridge_takes_the_count_of_a_learner_that_started_over(ros_domain_id, ros_node):
+    """A learner started again with resume:=false while the bridge ran counts this source from 0: its
+    acknowledgements stayed below the bridge's, `sent - acked` above `max_ahead`, and the graph
+    waited for good without a word (3 of 3 runs of a probe)."""
+    learner = FakeLearner(ros_node)
+    with GraphRunner([flow_bridge(max_ahead=20, replay_batch=10)], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        executors = [graph.executor, learner.executor]
+
+        def acknowledge_all() -> bool:
+            if learner.received:
+                last = learner.received[-1]
+                learner.acks[last.source] = m.SourceAck(last.seq, 10 * (last.seq + 1))
+            return bridge.acked >= 60
+
+        assert spin_until(executors, acknowledge_all, 20.0)
+        spin_for(executors, 1.0)  # the old learner is gone: nothing more acknowledged, the bridge waits
+        waiting, seq = bridge.steps, bridge.seq
+        assert bridge.sent - bridge.acked > 20
+        source = learner.received[0].source
+        learner.acks[source] = m.SourceAck(seq - 1, 10)  # the new one consumed the newest batch only
+        assert spin_until(executors, lambda: bridge.steps > waiting, 5.0), "the bridge waits for good"
+        assert bridge.acked == 10 and bridge.sent - bridge.acked <= 20 + 10
+
+
+def test_a_restarted_bridge_goes_on_from_another_initial_state(ros_domain_id, ros_node):
+    """A bridge restarted with its learner continues the learner's count (300 transitions here)
+    from an initial state of its own: reset with the seed again, it and the actor's noise from the
+    same seed repeated the run's first transitions bit for bit (a probe found 509 duplicate rows)."""
+    from opolo_ros.sim.tasks import continuation_seed
+
+    learner = FakeLearner(ros_node)
+    learner.acks[m.source_id("/sim_bridge")] = m.SourceAck(29, 300)
+    with GraphRunner([flow_bridge(max_ahead=20, replay_batch=5, seed=3)], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        assert spin_until([graph.executor, learner.executor], lambda: len(learner.received) >= 1, 20.0)
+    first = learner.received[0]
+    assert first.seq == 30 and bridge.sent >= 305
+    fresh, _ = make_env(ENV, seed=3).reset(seed=3)
+    again, _ = make_env(ENV).reset(seed=continuation_seed(3, 300))
+    np.testing.assert_array_equal(first.obs[0], again.astype(np.float32))
+    assert not np.array_equal(first.obs[0], fresh.astype(np.float32))
+
+
 def test_bridge_resends_when_progress_is_always_late(ros_domain_id, ros_node):
     """Progress slower than ``learner_timeout_s`` every time (a learner's ``progress_period_s`` set
     above the bridge's timeout): each message looks like a return, yet the bridge holds for one
@@ -606,3 +650,21 @@ def test_recorder_max_tries_counts_every_episode(tmp_path, ros_domain_id, ends, 
             recorder._on_replay(m.replay_to_msg(o, a, o, np.zeros(3), fell, limit, seq=k, source=7))
         assert recorder.finished.is_set()
     assert (tmp_path / "bag").exists() is bag and (recorder.error is None) is bag
+
+
+def test_an_actor_restarted_with_its_learner_counts_on_with_new_noise(tmp_path, ros_domain_id, ros_node):
+    """The first policy of a resumed learner (version 300): the actor's steps go on from there, and
+    its exploration noise is not the seed's own from step 0 again (which, with the bridge's reset,
+    repeated the run's first transitions)."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, version=300)
+    spec = NodeSpec("actor", "actor", parameters={"mode": "train", "seed": 5, "swap_delay": 10,
+                                                  "warmup_steps": 1000})
+    peer, peer_executor = ros_node("policy_peer")
+    pub = peer.create_publisher(UInt8MultiArray, "/opolo/policy", qos_for("policy"))
+    with GraphRunner([spec], ros_domain_id) as graph:
+        actor = graph.nodes["actor"]
+        assert spin_until([graph.executor, peer_executor], lambda: linked(pub, actor), 10.0)
+        pub.publish(m.policy_to_msg(model.read_bytes(), 300))
+        assert spin_until([graph.executor, peer_executor], lambda: actor.newest_version == 300, 10.0)
+    assert actor.steps == 300
+    assert actor.rng.bit_generator.state == np.random.default_rng([5 + 3, 300]).bit_generator.state

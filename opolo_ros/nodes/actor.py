@@ -148,7 +148,8 @@ class Actor(FinishableNode):
         super().__init__(node_name, **kwargs)
         p = self._declare_parameters()
         self.mode = p["mode"]
-        self.rng = np.random.default_rng(p["seed"] + SEED_OFFSET)
+        self.seed = p["seed"]
+        self.rng = np.random.default_rng(self.seed + SEED_OFFSET)
         self.current: LoadedPolicy | None = None
         self.steps = 0  # distinct observations acted on
         self.actions = 0  # actions published (re-requests and safe commands included)
@@ -440,6 +441,8 @@ class Actor(FinishableNode):
             with self._stage_lock:
                 if self.newest_version < 0 and self.steps == 0 and loaded.version > 0:
                     self.steps = loaded.version  # a resumed learner: its bridge continues from here
+                    # and new exploration noise: the seed's own would repeat the first run's
+                    self.rng = np.random.default_rng([self.seed + SEED_OFFSET, self.steps])
                 self._staged.append(loaded)
                 self._staged.sort(key=lambda p: p.version)
         self.newest_version = max(self.newest_version, loaded.version)

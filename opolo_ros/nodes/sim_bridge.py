@@ -80,7 +80,7 @@ from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
 from opolo_ros.ros.subscribe import subscribe
-from opolo_ros.sim.tasks import control_period, joint_layout, make_task_env
+from opolo_ros.sim.tasks import continuation_seed, control_period, joint_layout, make_task_env
 
 POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -144,7 +144,8 @@ class SimBridge(FinishableNode):
         self.act_dim = int(self.env.action_space.shape[0])
         self.low = self.env.action_space.low.astype(np.float64)
         self.high = self.env.action_space.high.astype(np.float64)
-        self.obs, _ = self.env.reset(seed=p["seed"])
+        self.seed = p["seed"]
+        self.obs, _ = self.env.reset(seed=self.seed)
         self.joint_names, self._qpos, self._qvel = joint_layout(self.env)
         self.source = m.source_id(self.get_fully_qualified_name())
 
@@ -170,7 +171,8 @@ class SimBridge(FinishableNode):
         self.max_lag = 0  # realtime: most steps between the observation answered and the newest
         self._published_tags: dict[int, int] = {}  # JointState stamp tag -> steps done, oldest first
         self._answers: int | None = None  # the observation (steps done) the newest command answers
-        self._unacked: deque[tuple[int, Float32MultiArray]] = deque()  # (seq, msg), flow control only
+        # (seq, msg, transitions in it), flow control only
+        self._unacked: deque[tuple[int, Float32MultiArray, int]] = deque()
         self._last_progress = time.monotonic()
         self._last_ack_move = self._last_progress  # when the ack last moved, or batches were re-sent
         self._returned = 0.0  # > 0: the learner came back after this much silence; re-send is due
@@ -301,6 +303,9 @@ class SimBridge(FinishableNode):
             if ack is not None and not self.started:  # a restarted bridge: continue the learner's counts
                 self.sent = self.acked = ack.transitions
                 self.seq = ack.seq + 1
+                # and from another initial state: the seed's own would repeat the first run's
+                # episodes (with the actor's warm-up noise, bit for bit)
+                self.obs, _ = self.env.reset(seed=continuation_seed(self.seed, ack.transitions))
         if not self.flow_control:  # the counts are all it takes from the progress
             return
         self.learner_transitions = progress.transitions
@@ -308,6 +313,8 @@ class SimBridge(FinishableNode):
         now = time.monotonic()
         silent, self._last_progress = now - self._last_progress, now
         if ack is not None:
+            if ack.transitions < self.acked:
+                self._rebase(ack)
             if ack.transitions > self.acked:
                 self._last_ack_move = now
             self.acked = max(self.acked, ack.transitions)
@@ -328,6 +335,17 @@ class SimBridge(FinishableNode):
                                    f"({self.resent} so far)", throttle_duration_sec=self.report_period)
         if self.started and not self._waiting_action:
             self._advance()
+
+    def _rebase(self, ack: m.SourceAck) -> None:
+        """The learner's count for this source went back: a learner that started over (resume
+        false, another run folder) while this bridge ran. Its count is taken, or `sent - acked`
+        stayed above `max_ahead` for good and the graph waited without a word."""
+        in_flight = sum(rows for seq, _, rows in self._unacked if seq > ack.seq) + len(self._pending)
+        self.get_logger().error(
+            f"the learner's count for this bridge went back from {self.acked} to {ack.transitions} "
+            "transitions: a learner that started over? Counting from its count; restart the actors "
+            "too (they ignore the new learner's policies, whose versions are older than theirs)")
+        self.acked, self.sent = ack.transitions, ack.transitions + in_flight
 
     def _on_version(self, msg: Int64) -> None:
         version = int(msg.data)
@@ -471,13 +489,13 @@ class SimBridge(FinishableNode):
         if self.flow_control:
             if not self._unacked:
                 self._last_ack_move = time.monotonic()  # the wait for an acknowledgement starts
-            self._unacked.append((self.seq, msg))
+            self._unacked.append((self.seq, msg, len(rows)))
         self.seq += 1
         self.replay_pub.publish(msg)
 
     def _resend(self) -> int:
         """Publish the unacknowledged batches again, oldest first (the learner drops duplicates)."""
-        for _, msg in self._unacked:
+        for _, msg, _ in self._unacked:
             self.replay_pub.publish(msg)
         self.resent += len(self._unacked)
         self._last_ack_move = time.monotonic()  # at most once per learner_timeout

@@ -184,3 +184,9 @@ def max_steps_of(env: gym.Env) -> int:
 def control_period(env: gym.Env) -> float:
     """Seconds of simulated time per env step (the real-time mode's timer period)."""
     return float(getattr(env.unwrapped, "dt", 0.02))
+
+
+def continuation_seed(seed: int, step: int) -> int:
+    """A reset seed for a run that goes on at `step` in a new process: derived from both, so it
+    neither repeats the run's first episodes (the seed's own) nor another seed's."""
+    return int(np.random.SeedSequence([seed, step]).generate_state(1)[0])

@@ -134,9 +134,8 @@ class StreamTrainer:
     # ------------------------------------------------------------------ set-up
     def start(self, episodes: list[Episode] | None, *, resume: bool, journal: bool,
               journal_fsync: bool) -> None:
-        """Expert data (OPOLO), run folder, checkpoint (with `resume`), journal; then the first
-        policy goes out, so actors have a model before the first step. The first progress (which
-        tells a bridge where its counts go on) waits for :meth:`catch_up`."""
+        """Expert data (OPOLO), run folder, checkpoint (with `resume`), journal. The first policy
+        and progress wait for :meth:`catch_up`."""
         cfg = self.cfg
         experts = None
         if episodes is not None:
@@ -167,7 +166,6 @@ class StreamTrainer:
         self.logger = RunLogger(self.run_dir, purge_from=purge_step(
             self.step, self.pending is not None or self._periodic_due))
         self._t0 = time.perf_counter()
-        self._publish_policy()
 
     def _open_journal(self, journal: bool, fsync: bool, resume: bool) -> list[JournalRecord]:
         """Open the replay journal; return its records beyond the restored checkpoint."""
@@ -213,13 +211,16 @@ class StreamTrainer:
 
     def catch_up(self) -> None:
         """What a restart owes: the rest of an interrupted step, then the journalled transitions;
-        then the first progress goes out. Not before: a bridge restarted with the learner takes the
-        acknowledgement for its source in the first progress it sees to go on counting from; one
-        published before (or while) the journal is consumed had it start again at batch 0, whose
-        batches up to the journal's last were then dropped as consumed already, and both sides
-        waited on each other for good."""
+        then the first policy (so actors have a model before the first step) and progress go out.
+        Not before: a bridge restarted with the learner takes the acknowledgement for its source in
+        the first progress it sees to go on counting from, and an actor restarted with it its step
+        count from the first policy's version. Published before (or while) the journal was
+        consumed, they had the bridge start again at batch 0, whose batches up to the journal's last
+        were then dropped as consumed already (both sides then waited on each other for good), and
+        the actor count its steps from the checkpoint's (its policies ran that many steps late)."""
         if self._finish_step():
             self._consume_backlog()
+            self._publish_policy()
             self.hooks.publish_progress()
 
     def is_duplicate(self, batch: ReplayBatch) -> bool:
