@@ -45,6 +45,22 @@ def quiet_hooks() -> StreamHooks:
     return StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("s"))
 
 
+def stop_in_evaluation(trainer: DirectTrainer, step: int | None, after: int) -> list[int]:
+    """Make `trainer` stop itself after `after` policy calls at `step` (None: any step, the
+    evaluation's calls when the warm-up acts at random); the calls counted, returned."""
+    policy, calls = trainer.policy, []
+
+    def policy_that_stops(obs):
+        if step is None or trainer.step == step:
+            calls.append(1)
+            if len(calls) == after:
+                trainer.stop.set()
+        return policy(obs)
+
+    trainer.policy = policy_that_stops
+    return calls
+
+
 def params(trainer):
     return [p.detach().clone() for m in trainer.learner.modules().values() for p in m.state_dict().values()]
 
@@ -222,15 +238,7 @@ def test_stop_inside_an_evaluation_ends_it_and_the_resumed_run_evaluates_again(t
     plain = DirectTrainer(small_cfg(tmp_path / "a", demos, **extra))
     plain.train()
     stopped = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
-    policy, calls = stopped.policy, []
-
-    def policy_that_stops(obs):  # the evaluation's policy: stop after 5 of its steps
-        calls.append(1)
-        if len(calls) == 5:
-            stopped.stop.set()
-        return policy(obs)
-
-    stopped.policy = policy_that_stops
+    calls = stop_in_evaluation(stopped, None, 5)  # the evaluation's policy: stop after 5 of its steps
     with pytest.raises(TrainingInterrupted):
         stopped.train()
     assert stopped.step == 100 and stopped.eval_due and len(calls) == 5  # not one step more
@@ -267,6 +275,7 @@ def test_stream_trainer_runs_the_direct_loops_updates(tmp_path, demos, algo):
                            hooks=StreamHooks(lambda path, version: exported.append(version), lambda: None,
                                              logging.getLogger("stream")))
     stream.start(direct.demos or None, resume=False, journal=True, journal_fsync=False)
+    stream.catch_up()  # as the learner node does: nothing owed, the first policy goes out
     for k in range(0, len(rows), 37):  # batches of a bridge
         stream.ingest(ReplayBatch.from_rows(np.stack(rows[k:k + 37]), stream.obs_dim, seq=k // 37, source=5))
     stream.finish()
@@ -487,16 +496,7 @@ def test_stop_inside_the_final_evaluation_checkpoints_and_resume_evaluates(tmp_p
     plain = DirectTrainer(small_cfg(tmp_path / "a", demos, **extra))
     plain.train()
     stopped = DirectTrainer(small_cfg(tmp_path / "b", demos, **extra))
-    policy, calls = stopped.policy, []
-
-    def policy_that_stops(obs):
-        if stopped.step == total:  # only the final evaluation's calls
-            calls.append(1)
-            if len(calls) == 5:
-                stopped.stop.set()
-        return policy(obs)
-
-    stopped.policy = policy_that_stops
+    calls = stop_in_evaluation(stopped, total, 5)  # only the final evaluation's calls
     with pytest.raises(TrainingInterrupted):
         stopped.train()
     assert stopped.step == total and stopped.eval_due and len(calls) == 5
@@ -588,16 +588,7 @@ def test_tensorboard_purges_the_checkpoints_own_step_when_it_owes_an_evaluation(
 
     extra = {"total_steps": 200, "eval_every": 100, "eval_episodes": 3}
     first = DirectTrainer(small_cfg(tmp_path, demos, **extra))
-    policy, calls = first.policy, []
-
-    def stops(obs):
-        if first.step == 100:
-            calls.append(1)
-            if len(calls) == 3:
-                first.stop.set()
-        return policy(obs)
-
-    first.policy = stops
+    stop_in_evaluation(first, 100, 3)
     with pytest.raises(TrainingInterrupted):
         first.train()
     run = tmp_path / "run_opolo"
