@@ -90,7 +90,8 @@ def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
 
     silence = bridge_file.get("learner_timeout_s", BRIDGE["learner_timeout_s"][0])
     gap = learner_file.get("replay_gap_timeout_s", LEARNER["replay_gap_timeout_s"][0])
-    if isinstance(silence, (int, float)) and isinstance(gap, (int, float)) and silence >= gap:
+    numbers = isinstance(silence, (int, float)) and isinstance(gap, (int, float))
+    if numbers and 0 < gap <= silence:  # (a gap timeout of 0: the learner never waits, by choice)
         raise ValueError(f"parameter sim_bridge.learner_timeout_s ({silence:g} s) must be below "
                          f"learner.replay_gap_timeout_s ({gap:g} s): the learner would give up on a batch "
                          "lost while it restarted before the bridge re-sends it")

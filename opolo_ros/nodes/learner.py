@@ -5,8 +5,10 @@ Subscribes ``/opolo/demonstrations`` and ``/opolo/replay``; callbacks only enque
 1. waits for the demonstrations (``num_demos`` episodes, or fewer once none has arrived for
    ``demo_settle_s``), builds the expert dataset, and resumes from ``<run_dir>/checkpoint.pt``
    when there is one;
-2. exports its current policy and publishes it on ``/opolo/policy`` (version = transitions
-   consumed, 0 for a new run; transient local), so actors have a model before the first step;
+2. consumes what its replay journal holds beyond the checkpoint, then exports its current policy
+   and publishes it on ``/opolo/policy`` (version = transitions consumed, 0 for a new run;
+   transient local), so actors have a model before the first step, and its first progress (a
+   restarted bridge and actor go on counting from these);
 3. hands the replay batches, in ``seq`` order per bridge (one that arrives after a gap waits up
    to ``replay_gap_timeout_s`` for the ones before it, which a bridge re-sends:
    :mod:`opolo_ros.train.reorder`), to a :class:`~opolo_ros.train.stream.StreamTrainer`
@@ -211,10 +213,9 @@ class Learner(FinishableNode):
         self._replay_queue.put(msg)
 
     def _republish_progress(self) -> None:
-        with self._progress_lock:
-            msg = self._progress_msg
-        if msg is not None:
-            self.progress_pub.publish(msg)
+        with self._progress_lock:  # publishing under the lock too: never an older message after a newer
+            if self._progress_msg is not None:
+                self.progress_pub.publish(self._progress_msg)
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
@@ -352,7 +353,7 @@ class Learner(FinishableNode):
         msg = m.progress_to_msg(m.LearnerProgress(t.learner.critic_steps, t.step, dict(t.acks)))
         with self._progress_lock:
             self._progress_msg = msg
-        self.progress_pub.publish(msg)
+            self.progress_pub.publish(msg)
 
     def _publish_policy(self, path: Path, version: int) -> None:
         self.policy_pub.publish(m.policy_to_msg(path.read_bytes(), version))

@@ -154,6 +154,7 @@ class SimBridge(FinishableNode):
         self.diverged = 0  # steps where the simulation blew up (sent as void replay steps)
         self.sent = 0
         self.acked = 0
+        self.acked_seq = -1  # the newest batch acknowledged
         self.learner_transitions = 0
         self.learner_gradient_steps = 0
         self.actor_version = -1
@@ -302,7 +303,7 @@ class SimBridge(FinishableNode):
             self._learner_seen = True
             if ack is not None and not self.started:  # a restarted bridge: continue the learner's counts
                 self.sent = self.acked = ack.transitions
-                self.seq = ack.seq + 1
+                self.acked_seq, self.seq = ack.seq, ack.seq + 1
                 # and from another initial state: the seed's own would repeat the first run's
                 # episodes (with the actor's warm-up noise, bit for bit)
                 self.obs, _ = self.env.reset(seed=continuation_seed(self.seed, ack.transitions))
@@ -312,9 +313,12 @@ class SimBridge(FinishableNode):
         self.learner_gradient_steps = progress.gradient_steps
         now = time.monotonic()
         silent, self._last_progress = now - self._last_progress, now
+        if ack is not None and ack.seq < self.acked_seq:
+            ack = None  # older than one already taken (a message that was overtaken): nothing new
         if ack is not None:
-            if ack.transitions < self.acked:
+            if ack.transitions < self.acked:  # a newer batch, a lower count: a learner counting anew
                 self._rebase(ack)
+            self.acked_seq = ack.seq
             if ack.transitions > self.acked:
                 self._last_ack_move = now
             self.acked = max(self.acked, ack.transitions)
@@ -344,7 +348,8 @@ class SimBridge(FinishableNode):
         self.get_logger().error(
             f"the learner's count for this bridge went back from {self.acked} to {ack.transitions} "
             "transitions: a learner that started over? Counting from its count; restart the actors "
-            "too (they ignore the new learner's policies, whose versions are older than theirs)")
+            "too (they ignore the new learner's policies, whose versions are older than theirs)",
+            throttle_duration_sec=self.report_period)
         self.acked, self.sent = ack.transitions, ack.transitions + in_flight
 
     def _on_version(self, msg: Int64) -> None:

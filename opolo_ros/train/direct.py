@@ -355,8 +355,7 @@ class DirectTrainer:
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if math.isnan(self.random_return):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
-        logger = RunLogger(self.run_dir,
-                           purge_from=purge_step(self.step, self.eval_due or self.pending is not None))
+        logger = RunLogger(self.run_dir, purge_from=purge_step(self.step))
         self._t0 = time.perf_counter()
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)

@@ -9,15 +9,14 @@ from pathlib import Path
 import torch
 
 
-def purge_step(resumed_at: int, owes_work: bool) -> int | None:
+def purge_step(resumed_at: int) -> int | None:
     """Where a run resumed at step `resumed_at` purges TensorBoard events from: what a crashed run
-    logged after its checkpoint is logged again, and must not show twice. From the next step when
-    the checkpoint's step was complete (all its events were logged before the checkpoint); from the
-    step itself when the checkpoint owes it work (an evaluation, updates), which the resumed run
-    logs at that step. None for a fresh run."""
-    if not resumed_at:
-        return None
-    return resumed_at if owes_work else resumed_at + 1
+    logged after its checkpoint is logged again, and must not show twice. From the next step: the
+    checkpoint's step logged its scalars before the checkpoint. (An evaluation the checkpoint owes
+    at its own step is logged there by the resumed run; killed again before its next checkpoint,
+    the run after logs it once more. Purging from the step itself would drop that step's other
+    scalars for good, which the resumed run does not log again.) None for a fresh run."""
+    return resumed_at + 1 if resumed_at else None
 
 
 class RunLogger:

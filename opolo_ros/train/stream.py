@@ -163,8 +163,7 @@ class StreamTrainer:
                                    "has no return to evaluate")
         if math.isnan(self.random_return) and not is_mjcf(cfg.env_id):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
-        self.logger = RunLogger(self.run_dir, purge_from=purge_step(
-            self.step, self.pending is not None or self._periodic_due))
+        self.logger = RunLogger(self.run_dir, purge_from=purge_step(self.step))
         self._t0 = time.perf_counter()
 
     def _open_journal(self, journal: bool, fsync: bool, resume: bool) -> list[JournalRecord]:
@@ -346,7 +345,7 @@ class StreamTrainer:
         self._periodic_due = False
         if cfg.checkpoint_every and n % cfg.checkpoint_every == 0:
             self.save()
-        if n % self.policy_every == 0:
+        if n % self.policy_every == 0 and not self._backlog:  # the first one follows the journal
             self._publish_policy()
         return True
 
