@@ -333,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     qu.add_argument("file", help="queue YAML: jobs: [{name: ..., command: ...}, ...] in priority order; "
                                  "a command runs without a shell (sh -c '...' for pipes, &&, $VARS)")
     qu.add_argument("--parallel", type=int, default=1, help="jobs at a time (one per free core)")
-    qu.add_argument("--nice", type=int, default=0, help="run the jobs at this nice level (0..19)")
+    qu.add_argument("--nice", type=int, default=0,
+                    help="run the jobs this much nicer than the queue (0..19, as `nice -n`)")
     qu.add_argument("--state-dir", dest="state_dir",
                     help="logs and job states (default: runs/queue/<file stem>)")
     qu.add_argument("--status", action="store_true",

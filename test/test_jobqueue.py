@@ -103,7 +103,7 @@ def test_stop_passes_sigterm_on_keeps_the_job_resumable_and_starts_nothing_more(
 
 def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_script: Path) -> None:
     def entry(name: str, seconds: float) -> str:
-        argv = f"[{sys.executable}, {job_script}, {name}, {tmp_path}, {seconds}, 0]"
+        argv = f"[{sys.executable}, {job_script}, {name}, {tmp_path}, '{seconds}', 0]"
         return f"  - {{name: {name}, command: {argv}}}\n"
 
     queue_file = tmp_path / "q.yaml"
@@ -146,6 +146,9 @@ def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_scri
     ("jobs: [{name: a, command: ''}]", "empty command"),
     ("jobs: [{name: a, command: {x: 1}}]", "string or a list"),
     ("jobs: [{name: a, command: x}, {name: a, command: y}]", "duplicate name 'a'"),
+    ("jobs: [{name: a, command: [echo, yes]}]", "command list item True is a bool to YAML"),  # was "True"
+    ("jobs: [{name: a, command: [tool, --version, 1.10]}]", "item 1.1 is a float to YAML.*quote it"),
+    ("jobs: [{name: \"abc\\n\", command: x}]", "must be 1-100 letters"),  # accepted before ($)
 ])
 def test_bad_queue_files_are_clear_errors(tmp_path: Path, text: str, expect: str) -> None:
     path = tmp_path / "q.yaml"
@@ -182,6 +185,8 @@ def test_load_queue_splits_strings_and_keeps_lists(tmp_path: Path) -> None:
     path.write_text("jobs: [{name: a, command: x}, {name: b, command: y, after: a}, "
                     "{name: c, command: z, after: [a, b]}]")
     assert [j.after for j in load_queue(path)] == [(), ("a",), ("a", "b")]
+    path.write_text("jobs: [{name: a, command: 'sleep 1  # then carry on'}]")  # a comment, as in a shell
+    assert load_queue(path) == [Job("a", ("sleep", "1"))]
 
 
 def test_a_job_waits_for_the_jobs_it_comes_after(tmp_path: Path, job_script: Path) -> None:
@@ -252,6 +257,39 @@ def test_a_job_left_running_by_a_killed_queue_is_not_started_twice(tmp_path: Pat
         proc.wait()
 
 
+def test_a_job_renamed_while_it_runs_is_not_started_twice(tmp_path: Path, job_script: Path) -> None:
+    """Renamed in the file while it ran (or before a queue killed meanwhile is started again), the
+    job was started a second time under its new name, beside the first (found by a probe)."""
+    long = job(job_script, tmp_path, "r1", seconds=1.5)
+    queue_file = tmp_path / "q.yaml"
+
+    def write(name: str) -> None:
+        queue_file.write_text(f"jobs:\n  - {{name: {name}, command: {list(long.command)}}}\n")
+
+    write("r1")
+    logged: list[str] = []
+    queue = JobQueue(load_queue(queue_file), tmp_path / "state", parallel=2, poll_s=0.05,
+                     log=logged.append, source=queue_file)
+    stop, result = threading.Event(), []
+    worker = threading.Thread(target=lambda: result.append(queue.run(stop)))
+    worker.start()
+    while not starts(tmp_path):
+        time.sleep(0.05)
+    write("r1_renamed")
+    worker.join(timeout=60)
+    assert [n for n, _ in starts(tmp_path)] == ["r1"] and result == [1]
+    assert any("r1_renamed has the command of r1, which is running" in line for line in logged)
+
+    proc = queue._start(Job("r1", long.command))  # left running by a queue killed with SIGKILL
+    try:
+        renamed = JobQueue(load_queue(queue_file), tmp_path / "state", poll_s=0.05, log=lambda _: None)
+        with pytest.raises(ValueError, match=rf"job r1 is running already \(pid {proc.pid}"):
+            renamed.run(threading.Event())
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_a_command_that_cannot_start_is_a_failed_job_not_a_crash(tmp_path: Path, job_script: Path) -> None:
     jobs = [Job("typo", ("no-such-command-here", "--x")), job(job_script, tmp_path, "next")]
     queue = JobQueue(jobs, tmp_path / "state", parallel=1, poll_s=0.05, log=lambda _: None)
@@ -266,7 +304,7 @@ def test_an_unreadable_or_stale_pid_file_is_not_a_running_job(tmp_path: Path, co
     """Half-written, or naming a live pid with another start time (a pid reused after a reboot)."""
     queue = JobQueue([Job("a", ("true",))], tmp_path, poll_s=0.05, log=lambda _: None)
     (tmp_path / "a.pid").write_text(content)
-    assert queue.state(queue.jobs[0]) == "pending"
+    assert queue.state(queue.jobs[0]) == "ended, not recorded"  # (a killed queue's, not "exit N")
     assert queue.run(threading.Event()) == 0 and queue.state(queue.jobs[0]) == "done"
 
 
@@ -332,7 +370,7 @@ def test_a_closed_output_does_not_stop_the_queue(tmp_path: Path, job_script: Pat
     """`opolo-ros queue F | head -1`: the queue runs every job and exits 0 (all done), silently."""
     queue_file = tmp_path / "q.yaml"
     queue_file.write_text("jobs:\n" + "".join(
-        f"  - {{name: {n}, command: [{sys.executable}, {job_script}, {n}, {tmp_path}, 0.5, 0]}}\n"
+        f"  - {{name: {n}, command: [{sys.executable}, {job_script}, {n}, {tmp_path}, '0.5', 0]}}\n"
         for n in ("a", "b", "c")))
     state = str(tmp_path / "state")
     proc = subprocess.Popen([OPOLO_ROS, "queue", str(queue_file), "--parallel", "2", "--state-dir", state],

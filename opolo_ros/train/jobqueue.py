@@ -45,7 +45,7 @@ from types import FrameType
 from opolo_ros.algo.config import read_yaml
 from opolo_ros.errors import one_line
 
-NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")  # not ".", "..", a hidden file, > 100
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # (fullmatch)  # not ".", "..", a hidden file, > 100
 RESERVED = {"queue"}  # queue.pid is the queue's own
 SHELL_CHARS = set("|&;<>")  # pipes, &&, ;, redirections: shell syntax when not quoted
 INTERRUPTED = 130
@@ -76,16 +76,20 @@ def load_queue(path: str | Path) -> list[Job]:
             raise ValueError(f"{where}: expected the keys 'name', 'command' and optionally 'after', "
                              f"got {entry!r}")
         name, command, after = entry["name"], entry["command"], entry.get("after", [])
-        if not isinstance(name, str) or not NAME.match(name) or name in RESERVED:
+        if not isinstance(name, str) or not NAME.fullmatch(name) or name in RESERVED:
             raise ValueError(f"{where}: name {name!r} must be 1-100 letters, digits, '.', '_' or '-', "
                              f"not starting with '.', and not {sorted(RESERVED)}")
         if isinstance(command, str):
             try:
-                argv = shlex.split(command)
+                argv = shlex.split(command, comments=True)  # "# ..." ends it, as in a shell
             except ValueError as exc:  # an unclosed quote
                 raise ValueError(f"{where}: command {command!r} cannot be split into words: {exc}") from None
-        elif isinstance(command, list) and all(isinstance(a, (str, int, float)) for a in command):
+        elif isinstance(command, list) and all(isinstance(a, str) or type(a) is int for a in command):
             argv = [str(a) for a in command]
+        elif isinstance(command, list):  # YAML reads yes / 0.10 / 010 as True / 0.1 / 8: refused, not mangled
+            odd = next(a for a in command if not (isinstance(a, str) or type(a) is int))
+            raise ValueError(f"{where}: command list item {odd!r} is a {type(odd).__name__} to YAML, not "
+                             "the text written there; quote it")
         else:
             raise ValueError(f"{where}: command must be a string or a list of strings, got {command!r}")
         if not argv:
@@ -219,9 +223,12 @@ class JobQueue:
         """done | running (pid N) | exit N (stopped or failed, runs again) | pending."""
         if self._file(job, "done").exists():
             return "done"
-        pid = _job_pid(self._file(job, "pid"))
+        pid_file = self._file(job, "pid")
+        pid = _job_pid(pid_file)
         if pid is not None:
             return f"running (pid {pid})"
+        if pid_file.exists():  # its queue did not see it end (killed with SIGKILL): runs again
+            return "ended, not recorded"
         exit_file = self._file(job, "exit")
         if exit_file.exists():
             return f"exit {exit_file.read_text().strip()}"
@@ -284,8 +291,17 @@ class JobQueue:
                     self._reload_error = one_line(err)
                     self.say(f"queue: {self._reload_error}; keeping the jobs read before")
         done = {j.name for j in self.jobs if self.state(j) == "done"}
-        return next((j for j in self.jobs if j.name not in tried and j.name not in done
-                     and set(j.after) <= done), None)
+        running = {job.command: name for name, (job, _) in self._running.items()}
+        for j in self.jobs:
+            if j.name in tried or j.name in done or not set(j.after) <= done:
+                continue
+            if j.command in running:  # a job renamed in the file while it runs: not twice at once
+                tried.add(j.name)
+                self.say(f"queue: {j.name} has the command of {running[j.command]}, which is running: "
+                         "not started (start the queue again once it has ended)")
+                continue
+            return j
+        return None
 
     def run(self, stop: threading.Event) -> int:
         """Run every job not done yet; 0 when all are done, 130 when stopped, else 1 (a job failed,
@@ -293,10 +309,10 @@ class JobQueue:
         if self.state_dir.exists() and not self.state_dir.is_dir():
             raise ValueError(f"--state-dir {self.state_dir} is a file, not a folder")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        for job in self.jobs:
-            pid = _job_pid(self._file(job, "pid"))
+        for pid_file in sorted(self.state_dir.glob("*.pid")):  # jobs renamed or removed since too
+            pid = _job_pid(pid_file) if pid_file.stem not in RESERVED else None  # (queue.pid: the queue's)
             if pid is not None:
-                raise ValueError(f"job {job.name} is running already (pid {pid}: another queue on "
+                raise ValueError(f"job {pid_file.stem} is running already (pid {pid}: another queue on "
                                  f"{self.state_dir}, or left by one that was killed); wait for it or stop "
                                  f"it with `kill -TERM -- -{pid}`")
         done = sum(self.state(j) == "done" for j in self.jobs)
