@@ -635,3 +635,16 @@ def test_cli_record_refuses_before_any_rollout(tmp_path: Path, capsys: pytest.Ca
     err = capsys.readouterr().err
     assert status == 2 and says in err, err
     assert not (tmp_path / "bag").exists()
+
+
+def test_an_episode_with_absurd_finite_values_is_refused() -> None:
+    """Values of 1e30 (or 3e38) overflowed the discriminator's normaliser: features silently zeroed,
+    or every network NaN (a probe found both)."""
+    from opolo_ros.data.demos import Episode
+
+    obs = np.zeros((5, 3), np.float32)
+    obs[2, 1] = 1e30
+    with pytest.raises(ValueError, match=r"episode observation 2 has 1e\+30 at index 1, beyond \+-1e\+10"):
+        Episode(obs, 1.0)
+    obs[2, 1] = 1e9  # large, fine
+    Episode(obs, 1.0)

@@ -637,3 +637,40 @@ def test_resume_refusals_name_the_task_first() -> None:
     same = to_dict(load_run_config(None, {"algo": "td3", "env_id": "InvertedPendulum-v5", "seed": 7,
                                           "opolo": {"lam": 0.0}}))  # not an OPOLO run: lam means nothing
     assert resume_changes({"config": saved}, same, "ck.pt", "start over") == ["opolo.lam: 0.1 -> 0.0"]
+
+
+def test_a_diverged_run_writes_nothing_over_its_last_checkpoint_and_policies(tmp_path, demos):
+    """Networks gone to NaN kept training, were checkpointed and exported over the good files, and
+    the run exited 0 (a probe found it with learning rates of 1e30, and with demonstrations holding
+    3e38). Now the first write refuses, in one line, and a NaN checkpoint is not resumed."""
+    trainer = DirectTrainer(small_cfg(tmp_path, demos, total_steps=100, checkpoint_every=100,
+                                      export_every=100))
+    trainer.train()
+    run = trainer.run_dir
+    before = {name: (run / name).read_bytes() for name in ("checkpoint.pt", "policy.onnx")}
+    with torch.no_grad():
+        next(trainer.learner.actor.parameters()).fill_(float("nan"))
+    for write in (trainer.save, lambda: trainer.export(run / "policy.onnx")):
+        with pytest.raises(ValueError, match=r"training diverged by step 100: NaN or inf in actor\..*; "
+                                             r"(checkpoint.pt|policy.onnx) not written"):
+            write()
+    assert {name: (run / name).read_bytes() for name in before} == before
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    state["runner"]["learner"]["actor"] = {k: torch.full_like(v, float("nan"))
+                                           for k, v in state["runner"]["learner"]["actor"].items()}
+    torch.save(state, run / "checkpoint.pt")
+    with pytest.raises(ValueError, match="holds NaN or inf .*a run that diverged"):
+        DirectTrainer(small_cfg(tmp_path, demos, total_steps=200)).restore()
+
+
+def test_a_nan_evaluation_is_no_best_and_a_nan_policy_scores_nan() -> None:
+    from opolo_ros.sim.envs import evaluate
+    from opolo_ros.train.direct import note_evaluation
+
+    cfg = load_run_config(None, {})
+    exported: list[int] = []
+    assert note_evaluation(float("nan"), 5.0, cfg, 10, lambda: exported.append(1), print) == 5.0
+    assert note_evaluation(float("nan"), -math.inf, cfg, 10, lambda: exported.append(1), print) == -math.inf
+    assert exported == []  # a NaN policy never becomes policy_best.onnx
+    # MuJoCo runs a NaN control as 0 and the episode ended at once: scored 1.0 on the pendulum
+    assert np.isnan(evaluate(lambda obs: np.array([np.nan]), "InvertedPendulum-v5", 2)).all()

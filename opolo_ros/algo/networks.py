@@ -44,13 +44,15 @@ class RunningNorm(nn.Module):
         n = x.shape[0]
         if n == 0:
             return
+        x = x.double()  # the batch's variance of float32 values overflows float32 from |x| ~ 1e19
         b_mean = x.mean(0)
         b_var = x.var(0, unbiased=False)
         total = self.count + n
-        delta = b_mean - self.mean
+        mean, var = self.mean.double(), self.var.double()
+        delta = b_mean - mean
         frac = float(n / total)
-        self.mean += delta * frac
-        m2 = self.var * float(self.count) + b_var * n + delta.pow(2) * float(self.count) * frac
+        m2 = var * float(self.count) + b_var * n + delta.pow(2) * float(self.count) * frac
+        self.mean.copy_(mean + delta * frac)
         self.var.copy_(m2 / float(total))
         self.count.copy_(total)
 

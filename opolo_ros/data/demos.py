@@ -18,6 +18,12 @@ if TYPE_CHECKING:
     from opolo_ros.algo.batch import StatePairs
 
 
+# Training data (demonstrations, replay) beyond this is refused: one value of 1e30 overflowed the
+# normalisers' variance (float32) and turned every network into NaN; MuJoCo itself takes 1e10 for
+# a diverged simulation.
+MAX_TRAINING_ABS = 1e10
+
+
 @dataclass
 class Episode:
     obs: np.ndarray  # [T + 1, obs_dim] float32
@@ -30,6 +36,10 @@ class Episode:
             raise ValueError(f"an episode needs obs of shape [T+1 >= 2, obs_dim], got {self.obs.shape}")
         if not np.all(np.isfinite(self.obs)):
             raise ValueError("episode observations contain NaN or inf")
+        if self.obs.size and float(np.abs(self.obs).max()) > MAX_TRAINING_ABS:
+            step, col = np.argwhere(np.abs(self.obs) > MAX_TRAINING_ABS)[0]
+            raise ValueError(f"episode observation {step} has {self.obs[step, col]:.3g} at index {col}, "
+                             f"beyond +-{MAX_TRAINING_ABS:g} (it would overflow the normalisers)")
 
 
 def save_npz(path: str | Path, episodes: list[Episode], **meta: str) -> None:

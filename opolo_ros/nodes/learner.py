@@ -86,7 +86,7 @@ from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
 from opolo_ros.ros.subscribe import subscribe
 from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature
-from opolo_ros.train.checkpoint import CheckpointError
+from opolo_ros.train.checkpoint import CheckpointError, TrainingDiverged
 from opolo_ros.train.direct import TrainResult
 from opolo_ros.train.reorder import ReorderBuffer
 from opolo_ros.train.runlock import RunFolderInUse
@@ -227,7 +227,7 @@ class Learner(FinishableNode):
                 self.trainer.finish()
         except EvaluationInterrupted:
             pass  # checkpointed below
-        except (RunFolderInUse, CheckpointError) as err:  # clear conditions: one line, no traceback
+        except (RunFolderInUse, CheckpointError, TrainingDiverged) as err:  # clear: one line, no traceback
             self.error = err
             self.get_logger().error(f"learner failed: {err}")
         except Exception as err:  # reported, and the node ends instead of hanging the graph

@@ -57,6 +57,7 @@ Encoders raise ``ValueError`` for bad input: that is a bug in the publishing nod
 from __future__ import annotations
 
 import array
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -77,6 +78,7 @@ from opolo_ros.data.batches import VOID as VOID  # the batch types, re-exported 
 from opolo_ros.data.batches import ReplayBatch as ReplayBatch
 from opolo_ros.data.batches import SourceAck as SourceAck
 from opolo_ros.data.batches import replay_fields as replay_fields
+from opolo_ros.data.demos import MAX_TRAINING_ABS
 from opolo_ros.ros import cdr
 
 UINT32_MAX = 2**32 - 1
@@ -197,10 +199,16 @@ def _expect_len(what: str, data: np.ndarray, n: int) -> None:
         raise MessageError(f"{what}: data has {data.size} elements, the layout says {n}")
 
 
-def _expect_finite(what: str, x: np.ndarray) -> None:
+def _expect_finite(what: str, x: np.ndarray, limit: float = math.inf) -> None:
+    """NaN and inf refused; with `limit`, so is a finite value beyond +-limit (training data: one
+    replay value of 1e30 overflowed the normalisers and turned every network into NaN)."""
     if not np.isfinite(x).all():
         bad = int(np.flatnonzero(~np.isfinite(x.reshape(-1)))[0])
         raise MessageError(f"{what}: non-finite value (NaN or inf) at flat index {bad}")
+    if limit < math.inf and x.size and float(np.abs(x).max()) > limit:
+        bad = int(np.flatnonzero(np.abs(x.reshape(-1)) > limit)[0])
+        raise MessageError(f"{what}: value {x.reshape(-1)[bad]:.3g} at flat index {bad} is beyond "
+                           f"+-{limit:g} (a diverged simulation?)")
 
 
 def _expect_dim(what: str, name: str, got: int, expected: int | None) -> None:
@@ -355,7 +363,7 @@ def msg_to_replay(msg: Float32MultiArray, obs_dim: int | None = None,
     _expect_dim(what, "act_dim", a, act_dim)
     data = _read(msg.data, np.float32, what)
     _expect_len(what, data, n * f)
-    _expect_finite(what, data)
+    _expect_finite(what, data, MAX_TRAINING_ABS)
     rows = data.reshape(n, f)
     flags = rows[:, -2:]
     void = (flags[:, 0] == VOID) & (flags[:, 1] == 1.0)
@@ -417,7 +425,7 @@ def msg_to_demonstration(msg: Float32MultiArray, obs_dim: int | None = None) -> 
     _expect_len(what, data, 1 + steps * o)
     if np.isinf(data[0]):
         raise MessageError(f"{what}: episode return is inf (NaN means unknown, inf is invalid)")
-    _expect_finite(what, data[1:])
+    _expect_finite(what, data[1:], MAX_TRAINING_ABS)
     return Demonstration(obs=data[1:].reshape(steps, o).copy(), episode_return=float(data[0]),
                          episode=dims[2][1])
 

@@ -136,7 +136,9 @@ def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: 
              stop: threading.Event | None = None) -> np.ndarray:
     """Deterministic evaluation: returns of `episodes` episodes; `policy` maps obs -> env-unit action.
     Raises :class:`EvaluationInterrupted` at the first step after `stop` is set (a long evaluation
-    must not hold up a stopping run; it is done again when the run resumes)."""
+    must not hold up a stopping run; it is done again when the run resumes). An episode in which
+    the policy returns a non-finite action scores NaN: MuJoCo would run it as 0 and the divergence
+    guard end the episode, scoring a NaN policy like one that fell at once."""
     env = make_env(env_id, time_feature=time_feature)
     returns = []
     try:
@@ -146,7 +148,11 @@ def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: 
             while not done:
                 if stop is not None and stop.is_set():
                     raise EvaluationInterrupted
-                obs, r, term, trunc, _ = env.step(policy(obs))
+                action = policy(obs)
+                if not np.isfinite(action).all():
+                    total, done = math.nan, True
+                    continue
+                obs, r, term, trunc, _ = env.step(action)
                 total += float(r)
                 done = term or trunc
             returns.append(total)

@@ -73,6 +73,29 @@ def restore_torch_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+class TrainingDiverged(ValueError):
+    """The networks hold NaN or inf: nothing is written over the last good checkpoint or policy."""
+
+
+def non_finite(learner: Any) -> list[str]:
+    """The learner's tensors (parameters and buffers, normalisers included) with a NaN or inf."""
+    return [f"{name}.{key}" for name, module in learner.modules().items()
+            for key, tensor in module.state_dict().items()
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())]
+
+
+def check_finite(learner: Any, step: int, writing: str) -> None:
+    """TrainingDiverged (one line) before `writing` would put non-finite networks on disk: a run that
+    went to NaN kept training, exported NaN policies and overwrote its good checkpoint and best
+    policy, and exited 0 (a probe found it)."""
+    bad = non_finite(learner)
+    if bad:
+        shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+        raise TrainingDiverged(f"training diverged by step {step}: NaN or inf in {shown}; {writing} not "
+                               "written (the last checkpoint and policies are as they were). Lower the "
+                               "learning rates, or look for absurd values in the demonstrations")
+
+
 GRAPH_SOURCE = "learner node"  # a checkpoint's "source": written by the learner node (its state differs)
 
 
@@ -131,6 +154,12 @@ def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], p
     check_same_task(saved, config, path, start_over)
     try:
         runner.load_state_dict(state["runner"])
+        bad = non_finite(runner.learner)
+        if bad:
+            raise CheckpointError(f"checkpoint {path} holds NaN or inf ({', '.join(bad[:4])}): a run that "
+                                  f"diverged; {start_over}")
+    except CheckpointError:
+        raise
     except (RuntimeError, ValueError, KeyError) as exc:
         changes = config_changes(saved, config)
         shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")

@@ -46,6 +46,7 @@ from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
     changes_note,
+    check_finite,
     load_checkpoint,
     restore_runner,
     restore_torch_rng,
@@ -148,7 +149,7 @@ def note_evaluation(mean: float, best_return: float, cfg: RunConfig, step: int,
                     export_best: Callable[[], object], say: Callable[[str], object]) -> float:
     """The best evaluation return after `mean` (both trainers): when it improves, the policy goes to
     policy_best.onnx (`keep_best`: RL curves dip) and reaching `stop_at_return` is said."""
-    if mean <= best_return:
+    if not math.isfinite(mean) or mean <= best_return:  # a NaN evaluation is no best
         return best_return
     if cfg.keep_best:
         export_best()
@@ -245,6 +246,7 @@ class DirectTrainer:
         return self.run_dir / "checkpoint.pt"
 
     def save(self) -> None:
+        check_finite(self.learner, self.step, self.checkpoint_path.name)
         save_checkpoint(self.checkpoint_path, {
             "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
             "rng": self.rng.bit_generator.state, **torch_rng_state(),
@@ -322,6 +324,7 @@ class DirectTrainer:
         return float(returns.mean()), float(returns.std())
 
     def export(self, path: Path) -> Path:
+        check_finite(self.learner, self.step, path.name)
         return export_actor(self.learner.actor, self.scaler, self.cfg, self.step, path)
 
     @staticmethod

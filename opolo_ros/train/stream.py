@@ -43,6 +43,7 @@ from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
     changes_note,
+    check_finite,
     load_checkpoint,
     restore_runner,
     restore_torch_rng,
@@ -368,6 +369,7 @@ class StreamTrainer:
         A policy that fails the exporter's check is still exported, with a warning: an actor
         waiting for this version must not wait forever.
         """
+        check_finite(self.learner, self.step, path.name)
         kwargs = {"action_low": self.scaler.low, "action_high": self.scaler.high,
                   "metadata": policy_metadata(self.cfg, training_step=self.learner.critic_steps,
                                               version=self.step, trainer="learner")}
@@ -403,6 +405,7 @@ class StreamTrainer:
 
     def save(self) -> None:
         """Checkpoint, then truncate the replay journal to what the checkpoint does not hold."""
+        check_finite(self.learner, self.step, self.checkpoint_path.name)
         save_checkpoint(self.checkpoint_path, {
             "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
             **torch_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
