@@ -9,6 +9,16 @@ from contextlib import contextmanager
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_early_stop = threading.Event()
+
+
+def catch_ignored_sigint() -> None:
+    """A program started with SIGINT ignored (a script's background job: `node ... &`) loses a
+    SIGINT that comes while it imports (seconds with torch and MuJoCo on a busy machine): its node
+    then ran on for good. From here such a SIGINT is kept and :func:`stop_on_signals` honours it."""
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, lambda _signum, _frame: _early_stop.set())
 
 
 @contextmanager
@@ -27,6 +37,8 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    if _early_stop.is_set():  # a SIGINT that came while the program started (see above)
+        stop.set()
     try:
         yield
     finally:

@@ -733,3 +733,24 @@ def test_a_restarted_bridge_without_flow_control_continues_its_counts(tmp_path, 
         stored = len(learner.trainer.replay)
     assert taken_again == sent_again == made + made_again  # the count went on
     assert stored == made + made_again, "batches of the restarted bridge were dropped as re-sends"
+
+
+def test_a_node_started_with_sigint_ignored_keeps_a_sigint_that_comes_while_it_starts(ros_domain_id):
+    """A script's background job (`sim_bridge ... &`) starts with SIGINT ignored; a SIGINT sent while
+    it imported was lost, and the node ran on for good (a probe's bridges ran 10 minutes)."""
+    argv = ["sim_bridge", "--ros-args", "-p", f"env_id:={ENV}", "-p", "mode:=realtime",
+            "-p", "publish_replay:=false"]
+    command = [sys.executable, "-c", "import signal, runpy, sys; "
+               f"signal.signal(signal.SIGINT, signal.SIG_IGN); sys.argv = {argv!r}; "
+               "runpy.run_module('opolo_ros.nodes.sim_bridge', run_name='__main__')"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id)))
+    try:
+        time.sleep(0.3)  # importing
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10.0)
+    assert proc.returncode == 0 and "Traceback" not in output, output[-3000:]
