@@ -83,8 +83,9 @@ def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
     print(f"evaluation return: {result.eval_mean:.1f} +- {result.eval_std:.1f} "
           f"({cfg.eval_episodes} deterministic episodes)")
     if cfg.algo == "opolo":
-        print(f"normalised score: {result.normalised:.3f} (expert {result.expert_return:.1f}, "
-              f"random {result.random_return:.1f})")
+        from opolo_ros.sim.envs import score_line
+
+        print(score_line(result.normalised, result.expert_return, result.random_return))
     print(f"run folder: {result.run_dir}  (policy: {result.policy_path.name}, TensorBoard: tb/, "
           f"evaluations: eval.csv, parameters: config.yaml)")
     return 0
@@ -159,7 +160,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     time_feature = policy.metadata.time_feature if args.time_feature == "auto" else args.time_feature == "on"
     check_policy_fits(model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id, time_feature,
                       trained_on=policy.metadata.env_id)
-    output = Path(args.output) if args.output else Path("models/demos") / env_id
+    output = Path(args.output) if args.output else Path("demos") / f"{env_id}_seed{args.seed}"
     if output.exists():
         raise FileExistsError(f"{output} already exists; refusing to overwrite a bag "
                               "(choose another --output or remove it)")
@@ -310,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec = sub.add_parser("record", help="roll out an ONNX expert and record its states into a rosbag2 bag")
     rec.add_argument("--model", required=True, help="expert policy (.onnx)")
     rec.add_argument("--episodes", type=int, default=4)
-    rec.add_argument("--output", help="new bag folder (default: models/demos/<env_id>)")
+    rec.add_argument("--output", help="new bag folder (default: demos/<env_id>_seed<seed>, as "
+                     "record_expert; models/demos/<env_id> holds the shipped bags)")
     rec.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
     rec.add_argument("--seed", type=seed_value, default=0, help="episode k is reset with seed + k")
     rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")

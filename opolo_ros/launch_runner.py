@@ -567,8 +567,9 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
         else:
             print(f"evaluation return: {r.eval_mean:.1f} +- {r.eval_std:.1f} "
                   f"({cfg.eval_episodes} deterministic episodes)")
-            print(f"normalised score: {r.normalised:.3f} (expert {r.expert_return:.1f}, "
-                  f"random {r.random_return:.1f})")
+            from opolo_ros.sim.envs import score_line
+
+            print(score_line(r.normalised, r.expert_return, r.random_return))
         plot = f", learning curve: {learner.trainer.plot_path.name}" if learner.trainer.plot_path else ""
         print(f"run folder: {r.run_dir}  (policy: {r.policy_path.name}, TensorBoard: tb/, "
               f"evaluations: eval.csv{plot}, parameters: config.yaml, launch_params.yaml)")

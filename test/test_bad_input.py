@@ -354,3 +354,24 @@ def test_exit_status_of_a_script_that_returns_its_results():
 
     assert exit_status(lambda: {"rates": {}}, "x.py") == 0  # sys.exit(dict) printed it and gave 1
     assert exit_status(lambda: 3, "x.py") == 3
+
+
+def test_record_writes_beside_the_shipped_bags_by_default(tmp_path, monkeypatch):
+    """The default was models/demos/<env_id>, where every shipped task's bag is: the README's
+    command failed with 'already exists' (found by a walkthrough)."""
+    from opolo_ros import cli
+
+    written: list = []
+    monkeypatch.setattr(cli, "_record_into", lambda *args: written.append(args[-1]) or 0)
+    monkeypatch.chdir(tmp_path)
+    model = ROOT / "models" / "experts" / f"{ENV}.onnx"
+    assert cli.main(["record", "--model", str(model), "--episodes", "1", "--seed", "3"]) == 0
+    assert written == [Path("demos") / f"{ENV}_seed3"]
+
+
+def test_the_score_line_of_demonstrations_without_returns():
+    from opolo_ros.sim.envs import score_line
+
+    assert score_line(float("nan"), float("nan"), 7.5) == \
+        "normalised score: n/a (the demonstrations carry no expert return; random 7.5)"
+    assert score_line(0.5, 100.0, 0.0) == "normalised score: 0.500 (expert 100.0, random 0.0)"

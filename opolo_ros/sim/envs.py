@@ -175,6 +175,14 @@ def normalised_score(ret: float, random_ret: float, expert_ret: float) -> float:
     return (ret - random_ret) / (expert_ret - random_ret)
 
 
+def score_line(normalised: float, expert_ret: float, random_ret: float) -> str:
+    """The run summary's score line; demonstrations without returns (a robot's own bag) have none."""
+    if math.isnan(expert_ret):
+        return (f"normalised score: n/a (the demonstrations carry no expert return; random "
+                f"{random_ret:.1f})")
+    return f"normalised score: {normalised:.3f} (expert {expert_ret:.1f}, random {random_ret:.1f})"
+
+
 def get_env_state(env: gym.Env) -> dict:
     """Physics and wrapper state of a MuJoCo env, so a resumed run continues the same episode."""
     base = env.unwrapped
