@@ -18,6 +18,8 @@ Before any node starts, a key of the parameter file that its node does not decla
 would ignore) and demonstrations that do not fit the task (another task's) are one-line errors.
 """
 
+from pathlib import Path
+
 from opolo_ros.launch_runner import (
     LaunchArg,
     NodeSpec,
@@ -99,7 +101,7 @@ def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
 
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
-    from opolo_ros.algo.config import flatten, to_dict
+    from opolo_ros.algo.config import RunConfig, flatten, to_dict
     from opolo_ros.nodes.common import default_policy_every
     from opolo_ros.sim.tasks import is_mjcf
     from opolo_ros.train.direct import check_demonstrations
@@ -113,7 +115,10 @@ def describe(args: dict) -> list:
     base = run_config(params_file, overrides)  # RunConfig's own default env is DEFAULT_ENV
     env = base.env_id
     if not args["run_dir"]:
-        overrides["run_dir"] = base.run_dir.rstrip("/") + "-graph"
+        run_dir = base.run_dir
+        if is_mjcf(env) and run_dir == RunConfig().run_dir:  # no task file names one: every robot
+            run_dir = f"runs/opolo/{Path(env).stem}"  # model shared runs/default-graph
+        overrides["run_dir"] = run_dir.rstrip("/") + "-graph"
     learner_file = node_parameters(params_file, "learner", ns)
     bridge_file = node_parameters(params_file, "sim_bridge", ns)
     if is_mjcf(env) and not (args["demos"] or learner_file.get("demos")):

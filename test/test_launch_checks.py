@@ -281,3 +281,14 @@ def test_sim_train_refuses_a_bridge_timeout_the_learner_would_not_wait_for(tmp_p
     with pytest.raises(ValueError, match=r"sim_bridge.learner_timeout_s \(15 s\) must be below "
                                          r"learner.replay_gap_timeout_s \(10 s\)"):
         lr.describe_launch("sim_train", [f"params_file:={params}"])
+
+
+def test_an_mjcf_run_gets_a_run_folder_named_after_its_file(tmp_path):
+    """Without a task file every robot model trained in runs/default-graph (found by a walkthrough)."""
+    import gymnasium
+
+    xml = tmp_path / "arm.xml"
+    xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
+    demos = lr.package_path("models", "demos", "InvertedPendulum-v5")
+    specs = lr.describe_launch("sim_train", [f"env:={xml}", f"demos:={demos}"])[2]
+    assert next(s for s in specs if s.name == "learner").parameters["run_dir"] == "runs/opolo/arm-graph"
