@@ -65,7 +65,6 @@ from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
-CHECKPOINT_SOURCE = GRAPH_SOURCE
 
 
 class Log(Protocol):
@@ -410,7 +409,7 @@ class StreamTrainer:
             "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
             **torch_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
             "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
-            "wall": self._elapsed(), "source": CHECKPOINT_SOURCE,
+            "wall": self._elapsed(), "source": GRAPH_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
             "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
@@ -421,7 +420,7 @@ class StreamTrainer:
     def _restore(self) -> None:
         start_over = "use another run_dir (or resume:=false to start over)"
         state = load_checkpoint(self.checkpoint_path, start_over)
-        if state.get("source") != CHECKPOINT_SOURCE:
+        if state.get("source") != GRAPH_SOURCE:
             raise CheckpointError(f"checkpoint {self.checkpoint_path} was written by the direct loop, not by "
                                   f"the learner node; {start_over}")
         changes = resume_changes(state, to_dict(self.cfg), self.checkpoint_path, start_over)
