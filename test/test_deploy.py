@@ -3,7 +3,8 @@
 sim_bridge in real-time mode publishes ``/joint_states`` and applies what arrives on
 ``/forward_effort_controller/commands`` (zero-order hold), as a robot with ros2_control's forward
 effort controller would; the actor comes from ``deploy.launch.py`` (JointState observation spec,
-Float64MultiArray commands, reliable, per observation) with the shipped InvertedPendulum expert.
+Float64MultiArray commands, reliable, per observation) with the shipped InvertedPendulum expert;
+the 60 s test starts it with ``opolo-ros launch deploy`` in a process of its own, as a user would.
 The simulation runs in real time (``time_scale`` 1), as on a robot: 60 s of simulated time take
 60 s. Faster would be cheaper but less sure: the command for step k must arrive before step k + 1
 (at 25 Hz: within 40 ms), and the expert does not survive stale commands (measured with the direct
@@ -16,9 +17,11 @@ of 7 runs at 4x, in 1 of 9 at 2x, in none of 5 at 1x.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -135,27 +138,68 @@ def realtime_specs(time_scale: float) -> list[NodeSpec]:
     return [bridge, actor]
 
 
-def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_domain_id):
-    with GraphRunner(realtime_specs(TIME_SCALE), ros_domain_id) as graph:
-        bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
-        dt = control_period(bridge.env)
-        steps = int(round(SIM_SECONDS / dt))
-        start = time.monotonic()
-        ok = graph.spin_until(lambda: bridge.steps >= steps or bridge.episodes > 0,
-                              timeout_s=SIM_SECONDS / TIME_SCALE * 8)
-        wall = time.monotonic() - start
-        angle = float(bridge.env.unwrapped.data.qpos[1])
-        episodes, sim_steps, actions = bridge.episodes, bridge.steps, actor.actions
-        rejected, safe, held = actor.rejected_observations, actor.safe_commands, bridge.held
-        stale, answered = bridge.stale, bridge.answered
+def wait_for_actor_process(domain_id: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    """Until the actor in `proc` subscribes to the joint states and publishes commands (a probe node
+    on the domain counts them), so the real-time pendulum does not start without its controller."""
+    import rclpy
+
+    from opolo_ros.ros import runtime
+
+    context = runtime.init_context(domain_id, args=[])
+    node = rclpy.create_node("deploy_probe", context=context)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not (node.count_subscribers("/joint_states") and node.count_publishers(COMMANDS)):
+            assert proc.poll() is None, f"the actor exited with status {proc.returncode}"
+            assert time.monotonic() < deadline, "the deploy actor did not come up"
+            time.sleep(0.05)
+    finally:
+        runtime.shutdown(context, [node])
+
+
+def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_domain_id, tmp_path):
+    """The actor runs as a user runs it: ``opolo-ros launch deploy`` in its own process (DDS between
+    two processes, as on a robot), with the shipped parameter file; its counters come from its
+    ``stats_file``, written when SIGINT ends it."""
+    stats = tmp_path / "actor_stats.json"
+    params = tmp_path / "deploy.yaml"
+    params.write_text(Path(PARAMS).read_text() + f"    echo_sequence: true\n    stats_file: {stats}\n")
+    (bridge_spec, actor_spec) = realtime_specs(TIME_SCALE)
+    command = [OPOLO_ROS, "launch", "deploy", f"model:={EXPERT}", f"params_file:={params}",
+               "observation_topic:=/joint_states", f"action_topic:={COMMANDS}", "rate_hz:=0",
+               "observation_timeout_s:=0.5"]
+    log = tmp_path / "actor.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        wait_for_actor_process(ros_domain_id, proc)
+        with GraphRunner([bridge_spec], ros_domain_id) as graph:
+            bridge = graph.nodes["sim_bridge"]
+            dt = control_period(bridge.env)
+            steps = int(round(SIM_SECONDS / dt))
+            start = time.monotonic()
+            ok = graph.spin_until(lambda: bridge.steps >= steps or bridge.episodes > 0,
+                                  timeout_s=SIM_SECONDS / TIME_SCALE * 8)
+            wall = time.monotonic() - start
+            angle = float(bridge.env.unwrapped.data.qpos[1])
+            episodes, sim_steps, held = bridge.episodes, bridge.steps, bridge.held
+            stale, answered = bridge.stale, bridge.answered
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130, log.read_text()[-3000:]  # stopped by SIGINT
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    counters = json.loads(stats.read_text())["counters"]
     assert ok, f"only {sim_steps} of {steps} steps in {wall:.1f} s"
     assert episodes == 0, (f"the pendulum fell after {sim_steps * dt:.1f} s of simulated time; "
                            f"{held} of {sim_steps} steps found no new command, {stale} of {answered} "
                            "applied one that answers an older observation (missed deadline)")
     assert answered >= 0.95 * sim_steps, (answered, sim_steps)  # the echoed stamps match
     assert sim_steps * dt >= SIM_SECONDS
-    assert actions >= 0.95 * sim_steps, (actions, sim_steps)  # one command per joint state
-    assert rejected == 0 and safe == 0
+    assert counters["actions"] >= 0.95 * sim_steps, (counters, sim_steps)  # one command per joint state
+    assert counters["rejected_observations"] == 0 and counters["failed_runs"] == 0, counters
     assert abs(angle) < 0.2 and np.isfinite(angle)
     assert wall < SIM_SECONDS / TIME_SCALE * 1.5, f"{wall:.1f} s of wall-clock time: the timer lags"
 
