@@ -51,6 +51,7 @@ setup(
             'learner = opolo_ros.nodes.learner:main',
             'demo_recorder = opolo_ros.nodes.demo_recorder:main',
             'demo_player = opolo_ros.nodes.demo_player:main',
+            'topic_recorder = opolo_ros.nodes.topic_recorder:main',
         ],
     },
 )

@@ -205,6 +205,20 @@ def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str
     return 0
 
 
+def cmd_record_topics(args: argparse.Namespace) -> int:
+    """The topic_recorder node in this process (its parameters from the options)."""
+    import json
+
+    from opolo_ros.nodes.common import run_node
+    from opolo_ros.nodes.topic_recorder import TopicRecorder
+
+    values = {"topics": args.topics, "output": args.output or "", "storage": args.storage,
+              "duration_s": args.duration, "max_messages": args.max_messages,
+              "discovery_timeout_s": args.discovery_timeout}
+    ros_args = [arg for key, value in values.items() for arg in ("-p", f"{key}:={json.dumps(value)}")]
+    return run_node(TopicRecorder, ["topic_recorder", "--ros-args", *ros_args])
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     from opolo_ros.launch_runner import launch_command
 
@@ -324,6 +338,20 @@ def build_parser() -> argparse.ArgumentParser:
                           "the bag stores the env's observations without it")
     rec.set_defaults(func=cmd_record)
 
+    rt = sub.add_parser("record-topics", help="record ROS topics into a rosbag2 bag (ros2 bag record for "
+                                              "a machine without rosbag2), e.g. a robot's /joint_states")
+    rt.add_argument("topics", nargs="+", help="topics to record")
+    rt.add_argument("-o", "--output", help="new bag folder (default: rosbag2_<date-time>)")
+    rt.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    rt.add_argument("--duration", type=float, default=0.0,
+                    help="seconds to record from the first subscription (default: until Ctrl-C)")
+    rt.add_argument("--max-messages", dest="max_messages", type=int, default=0,
+                    help="stop after this many messages, all topics together (default: no limit)")
+    rt.add_argument("--discovery-timeout", dest="discovery_timeout", type=float, default=0.0,
+                    help="fail (status 1) if a topic has no publisher after this many seconds "
+                         "(default: wait for ever)")
+    rt.set_defaults(func=cmd_record_topics)
+
     la = sub.add_parser("launch", help="run a launch file's node graph in one process (without ros2 launch)")
     la.add_argument("name", help="launch file: sim_train, record_expert, deploy (or a path)")
     la.add_argument("arguments", nargs="*", metavar="arg:=value", help="launch arguments")
@@ -360,7 +388,7 @@ def run(args: argparse.Namespace) -> int:
     training loop's own handling (setting up, a second signal while it saves) ends the command as
     SIGINT does: one line and status 130, not a silent 143."""
     func: Callable[[argparse.Namespace], int] = args.func
-    own_handling = (args.command in ("launch", "queue")
+    own_handling = (args.command in ("launch", "queue", "record-topics")
                     or threading.current_thread() is not threading.main_thread())
     previous = None if own_handling else signal.signal(signal.SIGTERM, _terminated)
     try:

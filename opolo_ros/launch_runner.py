@@ -62,6 +62,7 @@ NODE_CLASSES = {
     "learner": "opolo_ros.nodes.learner:Learner",
     "demo_recorder": "opolo_ros.nodes.demo_recorder:DemoRecorder",
     "demo_player": "opolo_ros.nodes.demo_player:DemoPlayer",
+    "topic_recorder": "opolo_ros.nodes.topic_recorder:TopicRecorder",
 }
 STOP_TIMEOUT_S = 120.0  # a learner mid-burst finishes its transition, then checkpoints
 

@@ -98,9 +98,11 @@ def test_sim_train_refuses_a_bad_key_or_value_in_another_nodes_section(tmp_path,
 @pytest.mark.ros
 def test_declared_parameter_tables_are_what_the_nodes_declare(tmp_path, ros_domain_id):
     """`declared_parameters` (read from the nodes' tables without starting them) against the real
-    nodes of sim_train and record_expert (all five executables)."""
+    nodes of sim_train and record_expert, and the topic recorder (all six executables)."""
     graphs = [lr.describe_launch("sim_train", [f"run_dir:={tmp_path / 'run'}", "total_steps:=10"])[2],
-              lr.describe_launch("record_expert", [f"output:={tmp_path / 'bag'}", f"model:={EXPERT}"])[2]]
+              lr.describe_launch("record_expert", [f"output:={tmp_path / 'bag'}", f"model:={EXPERT}"])[2],
+              [lr.NodeSpec("topic_recorder", "topic_recorder",
+                           parameters={"topics": ["/x"], "output": str(tmp_path / "topics")})]]
     seen = set()
     for specs in graphs:
         with lr.GraphRunner(specs, ros_domain_id) as graph:

@@ -1,0 +1,205 @@
+"""topic_recorder: records ROS topics into a rosbag2 bag, as ``ros2 bag record`` would.
+
+For a machine with this project's pip-installed ROS 2 (rclpy, no rosbag2): record a robot's
+``/joint_states`` (or any observation stream) while an expert drives it, then train from the bag
+(``demos:=bag``, ``demos_topic``, ``demos_joints``; README, "Your own demonstrations").
+``opolo-ros record-topics /joint_states -o bags/arm`` runs it.
+
+Each topic is subscribed once a publisher of it is seen (its type comes from the graph, as
+``ros2 bag record`` takes it), with the publishers' reliability and durability (reliable only if
+every publisher offers it, so a best-effort publisher is heard too; transient local if every
+publisher offers it, so a latched topic's last message is recorded). Messages are stored as the
+serialized bytes that arrived, stamped with their receive time (the stamps the demonstration
+reader splits episodes by). The recording ends on SIGINT/SIGTERM, after ``duration_s`` or after
+``max_messages``; the bag is complete then (``metadata.yaml`` written). A recorder killed with
+SIGKILL leaves no readable bag (see :mod:`opolo_ros.data.bag_writer`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+from opolo_ros.data.bag_writer import StreamBagWriter
+from opolo_ros.data.bags import STORAGES, BagError
+from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
+
+DISCOVERY_PERIOD_S = 0.2  # how often the graph is looked at for the topics not subscribed yet
+WAITING_LOG_PERIOD_S = 5.0
+DEPTH = 1000  # keep-last depth of each subscription (a burst the executor has not taken yet)
+
+PARAMETERS: dict[str, tuple] = {
+    "topics": ([], "topics to record (absolute, or relative to the node's namespace)"),
+    "output": ("", "new bag folder to write (must not exist); empty = rosbag2_<date-time> in the "
+                   "working folder, as ros2 bag record names it"),
+    "storage": ("mcap", "rosbag2 storage: mcap or sqlite3"),
+    "duration_s": (0.0, "stop after this many seconds from the first subscription; 0 = until a signal"),
+    "max_messages": (0, "stop after this many messages (all topics together); 0 = no limit"),
+    "discovery_timeout_s": (0.0, "give up (status 1) when a topic has no publisher this many seconds "
+                                 "after the start; what was recorded is kept; 0 = wait for ever"),
+    "progress_period_s": (5.0, "log the message counts this often; 0 = only at the end"),
+}
+
+
+def message_class(msgtype: str) -> type:
+    """The Python class of ``pkg/msg/Name`` (a ROS message package installed for rclpy)."""
+    package, kind, name = (msgtype.split("/") + ["", ""])[:3]
+    if kind != "msg" or not package or not name:
+        raise BagError(f"not a message type: {msgtype!r} (expected package/msg/Name)")
+    try:
+        return getattr(importlib.import_module(f"{package}.msg"), name)
+    except (ImportError, AttributeError):
+        raise BagError(f"message type {msgtype} is not installed for rclpy (its package "
+                       f"{package} is missing: pip install ros-{package.replace('_', '-')})") from None
+
+
+def _all(infos: list[Any], attribute: str, value: Any) -> bool:
+    return bool(infos) and all(getattr(info.qos_profile, attribute) == value for info in infos)
+
+
+class TopicRecorder(FinishableNode):
+    def __init__(self, *, node_name: str = "topic_recorder", **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
+        topics = [p["topics"]] if isinstance(p["topics"], str) else p["topics"]
+        if not isinstance(topics, list) or not topics or not all(isinstance(t, str) and t for t in topics):
+            raise ParameterError("parameter 'topics' must name at least one topic, got "
+                                 f"{topics!r} (e.g. -p topics:=[/joint_states])")
+        try:
+            self.topics = [self.resolve_topic_name(t) for t in topics]
+        except Exception as err:  # rclpy's InvalidTopicNameException, several lines
+            raise ParameterError(f"parameter 'topics': {' '.join(str(err).split())}") from None
+        if len(set(self.topics)) != len(self.topics):
+            raise ParameterError(f"parameter 'topics' names a topic twice: {topics}")
+        if p["storage"] not in STORAGES:
+            raise ParameterError(f"parameter 'storage' must be one of {STORAGES}, got {p['storage']!r}")
+        for name in ("duration_s", "discovery_timeout_s", "progress_period_s"):
+            if not (math.isfinite(p[name]) and p[name] >= 0):
+                raise ParameterError(f"parameter '{name}' must be finite and >= 0, got {p[name]}")
+        if p["max_messages"] < 0:
+            raise ParameterError(f"parameter 'max_messages' must be >= 0, got {p['max_messages']}")
+        self.duration_s, self.max_messages = p["duration_s"], p["max_messages"]
+        self.discovery_timeout_s = p["discovery_timeout_s"]
+        output = p["output"] or time.strftime("rosbag2_%Y_%m_%d-%H_%M_%S")
+        self.output = Path(output)
+        if self.output.exists():
+            raise ParameterError(f"parameter 'output': {self.output} already exists; refusing to "
+                                 "overwrite a bag")
+        try:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            self.bag = StreamBagWriter(self.output, p["storage"], {"source": "opolo_ros topic_recorder"})
+        except (OSError, BagError) as err:
+            raise ParameterError(f"parameter 'output': {err}") from None
+        self.error: str | None = None  # why the recording ended short (status 1)
+        self.messages = 0
+        self._started = time.monotonic()
+        self._first_subscription: float | None = None
+        self._recorded: dict[str, Any] = {}
+        self._last_waiting_log = self._started
+        self._discovery = self.create_timer(DISCOVERY_PERIOD_S, self._discover)
+        if p["progress_period_s"] > 0:
+            self.create_timer(p["progress_period_s"], self._report)
+        self.get_logger().info(f"recording {', '.join(self.topics)} into {self.output} ({p['storage']})")
+
+    # --------------------------------------------------------------------------------- discovery
+
+    def _discover(self) -> None:
+        if self.finished.is_set():
+            return
+        graph = dict(self.get_topic_names_and_types())
+        for topic in self.topics:
+            if topic in self._recorded or topic not in graph:
+                continue
+            infos = self.get_publishers_info_by_topic(topic)
+            if not infos:
+                continue  # only subscribers so far: no type to record from
+            types = sorted(set(graph[topic]))
+            try:
+                if len(types) != 1:
+                    raise BagError(f"topic {topic} has several types {types}; a bag topic has one")
+                self._subscribe(topic, types[0], infos)
+            except BagError as err:
+                self._fail(str(err))
+                return
+        waiting = [t for t in self.topics if t not in self._recorded]
+        if not waiting:
+            self._discovery.cancel()
+            return
+        now = time.monotonic()
+        if self.discovery_timeout_s and now - self._started > self.discovery_timeout_s:
+            self._fail(f"no publisher of {', '.join(waiting)} within discovery_timeout_s "
+                       f"({self.discovery_timeout_s:g} s)")
+        elif now - self._last_waiting_log >= WAITING_LOG_PERIOD_S:
+            self._last_waiting_log = now
+            self.get_logger().info(f"waiting for a publisher of {', '.join(waiting)}")
+
+    def _subscribe(self, topic: str, msgtype: str, infos: list[Any]) -> None:
+        cls = message_class(msgtype)
+        self.bag.add_topic(topic, msgtype)
+        reliable = _all(infos, "reliability", ReliabilityPolicy.RELIABLE)
+        latched = _all(infos, "durability", DurabilityPolicy.TRANSIENT_LOCAL)
+        reliability = ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT
+        durability = DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE
+        qos = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=DEPTH, reliability=reliability,
+                         durability=durability)
+        self._recorded[topic] = self.create_subscription(
+            cls, topic, lambda data, t=topic: self._on_message(t, data), qos, raw=True)
+        if self._first_subscription is None:
+            self._first_subscription = time.monotonic()
+            if self.duration_s:
+                self.create_timer(self.duration_s, self._duration_reached)
+        self.get_logger().info(f"recording {topic} [{msgtype}], "
+                               f"{'reliable' if reliable else 'best effort'}"
+                               f"{', transient local' if latched else ''}")
+
+    # ---------------------------------------------------------------------------------- messages
+
+    def _on_message(self, topic: str, data: bytes) -> None:
+        if self.finished.is_set():
+            return
+        self.bag.write(topic, time.time_ns(), data)
+        self.messages += 1
+        if self.max_messages and self.messages >= self.max_messages:
+            self.get_logger().info(f"max_messages ({self.max_messages}) recorded")
+            self.finished.set()
+
+    def _duration_reached(self) -> None:
+        if not self.finished.is_set():
+            self.get_logger().info(f"duration_s ({self.duration_s:g} s) reached")
+            self.finished.set()
+
+    def _fail(self, why: str) -> None:
+        self.error = why
+        self.get_logger().error(why)
+        self.finished.set()
+
+    def counts(self) -> str:
+        return ", ".join(f"{t}: {n}" for t, n in self.bag.counts.items()) or "no topic yet"
+
+    def _report(self) -> None:
+        if not self.finished.is_set():
+            self.get_logger().info(f"{self.messages} messages ({self.counts()})")
+
+    def close(self) -> None:
+        if self.bag.closed:
+            return
+        self.finished.set()
+        if not self.bag.counts:  # no topic was ever seen: a bag without connections helps no one
+            self.bag.abort()
+            self.get_logger().warning(f"nothing recorded; {self.output} not written")
+            return
+        self.bag.close()
+        self.get_logger().info(f"wrote {self.output}: {self.messages} messages ({self.counts()})")
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(TopicRecorder, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""topic_recorder (``opolo-ros record-topics``): a robot's topics into a bag the demonstration reader
+takes, over real DDS: the recorder in its own process, publishers in this one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy")
+
+from opolo_ros.data.bags import read_demonstrations  # noqa: E402
+
+pytestmark = pytest.mark.ros
+OPOLO_ROS = str(Path(sys.executable).parent / "opolo-ros")
+JOINTS = ["shoulder", "elbow"]
+
+
+def start_recorder(tmp_path: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([OPOLO_ROS, "record-topics", *args], cwd=tmp_path, env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_until(condition, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture()
+def ros_node(ros_domain_id):
+    import rclpy
+
+    from opolo_ros.ros import runtime
+
+    context = runtime.init_context(ros_domain_id, args=[])
+    node = rclpy.create_node("recorder_test_publisher", context=context)
+    yield node
+    runtime.shutdown(context, [node])
+
+
+def joint_state(values: np.ndarray, frame_id: str = "") -> object:
+    from sensor_msgs.msg import JointState
+
+    msg = JointState()
+    msg.header.frame_id = frame_id
+    if len(values):
+        msg.name = list(reversed(JOINTS))  # the message's own order is free: read back by name
+        msg.position = [float(values[1]), float(values[0])]
+        msg.velocity = [float(values[3]), float(values[2])]
+    return msg
+
+
+def test_recorded_joint_states_read_back_as_the_published_episodes(ros_node, tmp_path):
+    """Two episodes of JointState (a reset marker between them) and a latched array topic: SIGINT
+    ends the recording with a complete bag, exit 0; the reader gives back exactly the published
+    observations, episode by episode."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import Float32MultiArray
+
+    latched = ros_node.create_publisher(Float32MultiArray, "/robot_info", QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    latched.publish(Float32MultiArray(data=[1.0, 2.0]))  # before the recorder exists
+    states = ros_node.create_publisher(type(joint_state(np.zeros(0))), "/joint_states", 1000)
+    proc = start_recorder(tmp_path, "/joint_states", "robot_info", "-o", "bags/arm")
+    try:
+        wait_until(lambda: ros_node.count_subscribers("/joint_states") >= 1
+                   and ros_node.count_subscribers("/robot_info") >= 1, proc)
+        rng = np.random.default_rng(0)
+        episodes = [rng.normal(size=(n, 4)) for n in (30, 20)]
+        for k, episode in enumerate(episodes):
+            if k:
+                states.publish(joint_state(np.zeros(0), frame_id="reset"))
+            for values in episode:
+                states.publish(joint_state(values))
+                time.sleep(0.002)
+        time.sleep(1.0)  # reliable: the last messages are taken before the signal
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=20)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    assert "wrote bags/arm: 52 messages (/joint_states: 51, /robot_info: 1)" in out, out
+    assert "/robot_info [std_msgs/msg/Float32MultiArray], reliable, transient local" in out, out
+    read = read_demonstrations(tmp_path / "bags" / "arm", topic="/joint_states", joints=JOINTS)
+    assert [len(ep.obs) for ep in read] == [30, 20]
+    for got, want in zip(read, episodes):
+        np.testing.assert_array_equal(got.obs, want.astype(np.float32))
+    from rosbags.rosbag2 import Reader
+
+    from opolo_ros.data.bags import _typestore
+
+    with Reader(tmp_path / "bags" / "arm") as reader:
+        conns = [c for c in reader.connections if c.topic == "/robot_info"]
+        infos = [_typestore().deserialize_cdr(raw, c.msgtype).data.tolist()
+                 for c, _, raw in reader.messages(connections=conns)]
+    assert infos == [[1.0, 2.0]]  # published before the recorder started: latched
+
+
+def test_bad_arguments_are_one_line_and_status_2(ros_domain_id, tmp_path):
+    (tmp_path / "taken").mkdir()
+    cases = {
+        ("/joint_states", "-o", "taken"): "taken already exists",
+        ("/joint_states", "/joint_states", "-o", "b"): "names a topic twice",
+        ("/joint states", "-o", "b"): "parameter 'topics'",
+        ("/joint_states", "--duration", "nan", "-o", "b"): "'duration_s' must be finite",
+    }
+    for args, message in cases.items():
+        result = subprocess.run([OPOLO_ROS, "record-topics", *args], cwd=tmp_path, env=dict(os.environ),
+                                capture_output=True, text=True, timeout=60)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == 2 and len(lines) == 1 and message in lines[0], (args, result.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # nothing written
+
+
+def test_a_topic_that_never_appears_fails_after_the_discovery_timeout_and_writes_nothing(ros_domain_id,
+                                                                                          tmp_path):
+    result = subprocess.run([OPOLO_ROS, "record-topics", "/nobody", "-o", "b", "--discovery-timeout", "1"],
+                            cwd=tmp_path, env=dict(os.environ), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "no publisher of /nobody within discovery_timeout_s (1 s)" in result.stderr
+    assert not (tmp_path / "b").exists()
+
+
+def test_max_messages_ends_the_recording(ros_node, tmp_path):
+    from rclpy.qos import qos_profile_sensor_data
+    from std_msgs.msg import Float64MultiArray
+
+    pub = ros_node.create_publisher(Float64MultiArray, "/obs", qos_profile_sensor_data)  # best effort
+    proc = start_recorder(tmp_path, "/obs", "--max-messages", "5", "-o", "b", "--storage", "sqlite3")
+    try:
+        wait_until(lambda: ros_node.count_subscribers("/obs") >= 1, proc)
+        for k in range(20):
+            if proc.poll() is not None:
+                break
+            pub.publish(Float64MultiArray(data=[float(k), -float(k)]))
+            time.sleep(0.05)
+        out = proc.communicate(timeout=20)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0 and "max_messages (5) recorded" in out, out
+    assert "/obs [std_msgs/msg/Float64MultiArray], best effort" in out, out
+    (episode,) = read_demonstrations(tmp_path / "b", episode_gap_s=None)
+    np.testing.assert_array_equal(episode.obs, [[k, -k] for k in range(5)])
