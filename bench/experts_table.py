@@ -28,7 +28,8 @@ TD3 experts trained here with `opolo-ros train-expert --config config/experts/<t
 environment reward (no weights can be downloaded), exported as ONNX with the contract in the
 top-level README, evaluated with `opolo-ros evaluate <model> --episodes 10 --stamp` (deterministic,
 seeds 10000..10009). Their 4 state-only demonstration episodes are in `models/demos/<task>/`
-(MCAP, `opolo-ros record --skip-terminated`: an episode that ends in a fall is skipped and listed).
+(MCAP, `opolo-ros record`; the Ant bag, recorded after `--skip-terminated` existed, with it: an
+episode that ends in a fall is skipped and its seed listed in the bag's metadata).
 An expert is its run's best evaluated policy (`policy_best.onnx`);
 "training steps" is the step of that evaluation, and each run's evaluation log is in
 `bench/results/experts/`. A return marked "(below target)" misses the issue's target: that expert
