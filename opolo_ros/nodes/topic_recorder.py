@@ -9,10 +9,11 @@ Each topic is subscribed once a publisher of it is seen (its type comes from the
 ``ros2 bag record`` takes it), with the publishers' reliability and durability (reliable only if
 every publisher offers it, so a best-effort publisher is heard too; transient local if every
 publisher offers it, so a latched topic's last message is recorded). Messages are stored as the
-serialized bytes that arrived, stamped with their receive time (the stamps the demonstration
-reader splits episodes by). The recording ends on SIGINT/SIGTERM, after ``duration_s`` or after
-``max_messages``; the bag is complete then (``metadata.yaml`` written). A recorder killed with
-SIGKILL leaves no readable bag (see :mod:`opolo_ros.data.bag_writer`).
+serialized bytes that arrived, stamped with their receive time (wall-clock time at the start, then
+a monotonic clock, so the stamps never go back; the demonstration reader splits episodes by them).
+The recording ends on SIGINT/SIGTERM, after ``duration_s`` or after ``max_messages``; the bag
+is complete then (``metadata.yaml`` written). A recorder killed with SIGKILL leaves no readable
+bag (see :mod:`opolo_ros.data.bag_writer`).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class TopicRecorder(FinishableNode):
         self.error: str | None = None  # why the recording ended short (status 1)
         self.messages = 0
         self._started = time.monotonic()
+        self._wall0_ns, self._mono0_ns = time.time_ns(), time.monotonic_ns()
         self._first_subscription: float | None = None
         self._recorded: dict[str, Any] = {}
         self._last_waiting_log = self._started
@@ -162,7 +164,14 @@ class TopicRecorder(FinishableNode):
     def _on_message(self, topic: str, data: bytes) -> None:
         if self.finished.is_set():
             return
-        self.bag.write(topic, time.time_ns(), data)
+        # Wall-clock receive time, on a monotonic clock: a wall clock set back while recording
+        # (NTP) would make the stream's stamps go backwards, which the demonstration reader refuses.
+        stamp = self._wall0_ns + (time.monotonic_ns() - self._mono0_ns)
+        try:
+            self.bag.write(topic, stamp, data)
+        except OSError as err:  # disk full, storage removed: keep what was written
+            self._fail(f"cannot write {self.output}: {err.strerror or err}")
+            return
         self.messages += 1
         if self.max_messages and self.messages >= self.max_messages:
             self.get_logger().info(f"max_messages ({self.max_messages}) recorded")
