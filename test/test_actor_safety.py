@@ -576,13 +576,17 @@ def test_rate_limit_ramps_the_first_command_from_the_safe_one(tmp_path, ros_doma
     """No safe command has gone out before the first observation (the watchdog waits 60 s): the
     first policy command still ramps from the safe command, not straight to the policy's 3.0."""
     model = onnx_policy(tmp_path / "p.onnx", [1.0, 0.0, 0.0, 0.0])  # 3 * clamp(obs[0], -1, 1)
-    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, max_action_rate=2.0,
+    rate = 0.2  # slow: ramped from -0.5 it stays below -0.3; ramped from 0 it would be >= 0
+    before_start = time.monotonic()  # the reference is set when the model is installed, after this
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, max_action_rate=rate,
                        observation_timeout_s=60.0, safe_command=[-0.5])
     with graph:
         rig.send(m.observation_to_msg(np.array([1.0, 0.0, 0.0, 0.0], np.float32)))
         assert rig.spin_until(lambda: len(rig.commands) == 1)
     assert rig.actor.safe_commands == 0
-    assert rig.commands[0][1] <= -0.5 + 2.0 * 1.0 + 1e-6  # at most 1 s of ramp from -0.5
+    received, first = rig.commands[0]
+    ramp = rate * min(received - before_start, 1.0)  # the most the reference can be older than that
+    assert -0.5 < first <= -0.5 + ramp + 1e-9, (first, ramp)  # moved up from -0.5, by at most the ramp
 
 
 def test_rate_limit_ramps_from_the_safe_command_sent_for_a_non_finite_action(tmp_path, ros_domain_id,

@@ -211,22 +211,31 @@ def test_folder_of_bags_in_number_order_and_nothing_skipped(tmp_path: Path) -> N
 # ------------------------------------------------------------------------------ plain streams
 
 def test_float32_stream_split_by_gap_and_reset_marker(tmp_path: Path) -> None:
-    obs = np.arange(20, dtype=np.float32).reshape(10, 2)
+    """Episodes end at a gap, an empty message, and a message with a dim labelled "reset" even when
+    it holds data; with reset_marker=None that labelled message is an observation like any other."""
+    obs = np.arange(24, dtype=np.float32).reshape(12, 2)
     msgs = _stream(obs[:3])  # episode 1: 3 steps, 10 ms apart
     msgs += _stream(obs[3:6], t0=2 * SEC)  # 1.98 s gap -> episode 2
     msgs.append((2 * SEC + 50_000_000, _multiarray(F32, [], labels=())))  # empty message: reset
     msgs += _stream(obs[6:8], t0=2 * SEC + 60_000_000)  # episode 3, only 10 ms after the marker
     msgs.append((2 * SEC + 90_000_000, _multiarray(F32, [], labels=("reset",))))  # labelled reset
-    msgs += _stream(obs[8:], t0=2 * SEC + 100_000_000)  # episode 4
+    msgs += _stream(obs[8:10], t0=2 * SEC + 100_000_000)  # episode 4
+    marker = [99.0, -99.0]  # a labelled marker with data: only the label makes it a marker
+    msgs.append((2 * SEC + 120_000_000, _multiarray(F32, marker, labels=("reset",))))
+    msgs += _stream(obs[10:], t0=2 * SEC + 130_000_000)  # episode 5
     bag = _write_stream(tmp_path / "stream", {"/observation": (F32, msgs)})
     got = read_demonstrations(bag)
-    assert [ep.obs.tolist() for ep in got] == [obs[:3].tolist(), obs[3:6].tolist(),
-                                               obs[6:8].tolist(), obs[8:].tolist()]
+    assert [ep.obs.tolist() for ep in got] == [obs[:3].tolist(), obs[3:6].tolist(), obs[6:8].tolist(),
+                                               obs[8:10].tolist(), obs[10:].tolist()]
     assert all(math.isnan(ep.ret) for ep in got) and got[0].meta["topic"] == "/observation"
     # without gap splitting, only the markers separate
-    assert [len(ep.obs) for ep in read_demonstrations(bag, episode_gap_s=None)] == [6, 2, 2]
+    assert [len(ep.obs) for ep in read_demonstrations(bag, episode_gap_s=None)] == [6, 2, 2, 2]
     # a larger gap threshold keeps the 1.98 s pause inside one episode
-    assert [len(ep.obs) for ep in read_demonstrations(bag, episode_gap_s=5.0)] == [6, 2, 2]
+    assert [len(ep.obs) for ep in read_demonstrations(bag, episode_gap_s=5.0)] == [6, 2, 2, 2]
+    # without the label rule: empty messages still separate, the labelled one with data is a step
+    plain = read_demonstrations(bag, reset_marker=None)
+    assert [ep.obs.tolist() for ep in plain] == [obs[:3].tolist(), obs[3:6].tolist(), obs[6:8].tolist(),
+                                                 [*obs[8:10].tolist(), marker, *obs[10:].tolist()]]
 
 
 def test_float64_stream_and_topic_choice(tmp_path: Path) -> None:
@@ -262,12 +271,23 @@ def test_joint_state_selection_in_policy_order(tmp_path: Path) -> None:
 
 
 def test_joint_state_reset_marker(tmp_path: Path) -> None:
+    """An empty JointState always ends an episode; one with names and values ends it only by its
+    header.frame_id "reset" (a step like any other with reset_marker=None)."""
     names = ["a", "b"]
-    msgs = [(SEC + k * 10_000_000, _joint_state(names, [k, k], [0, 0])) for k in range(3)]
-    msgs.append((SEC + 30_000_000, _joint_state([], [], [], frame_id="reset")))
-    msgs += [(SEC + (k + 4) * 10_000_000, _joint_state(names, [k, -k], [1, 1])) for k in range(2)]
+    ms = 1_000_000
+    msgs = [(SEC + k * 10 * ms, _joint_state(names, [k, k], [0, 0])) for k in range(3)]
+    msgs.append((SEC + 30 * ms, _joint_state([], [], [], frame_id="reset")))  # empty: a marker anyway
+    msgs += [(SEC + (k + 4) * 10 * ms, _joint_state(names, [k, -k], [1, 1])) for k in range(2)]
+    msgs.append((SEC + 60 * ms, _joint_state(names, [7, 8], [9, 9], frame_id="reset")))  # full marker
+    msgs += [(SEC + (k + 7) * 10 * ms, _joint_state(names, [5, k], [2, 2])) for k in range(2)]
     bag = _write_stream(tmp_path / "js", {"/joint_states": (JS, msgs)})
-    assert [len(ep.obs) for ep in read_demonstrations(bag, joints=names)] == [3, 2]
+    first = [[0, 0, 0, 0], [1, 1, 0, 0], [2, 2, 0, 0]]
+    second = [[0, 0, 1, 1], [1, -1, 1, 1]]
+    third = [[5, 0, 2, 2], [5, 1, 2, 2]]
+    assert [ep.obs.tolist() for ep in read_demonstrations(bag, joints=names)] == [first, second, third]
+    # without the frame_id rule the full marker is an observation inside the second episode
+    plain = read_demonstrations(bag, joints=names, reset_marker=None)
+    assert [ep.obs.tolist() for ep in plain] == [first, [*second, [7, 8, 9, 9], *third]]
 
 
 def test_obs_field_for_other_message_types(tmp_path: Path) -> None:

@@ -35,22 +35,33 @@ ELEMENTS = {UInt8MultiArray: st.binary(max_size=300),
 F64S = st.lists(st.floats(), max_size=6)
 
 
-def same(record: Any, msg: Any) -> bool:
-    """A record from the reader holds what rclpy's message holds (NaNs compared by their bytes)."""
-    def arr(x: Any) -> bytes:
-        return np.asarray(x).tobytes()
+# The element type of each message's data: what the reader must give, whatever the bytes say.
+DTYPES = {UInt8MultiArray: np.dtype(np.uint8), Float32MultiArray: np.dtype(np.float32),
+          Float64MultiArray: np.dtype(np.float64), Int64MultiArray: np.dtype(np.int64)}
 
+
+def same_values(got: np.ndarray, want: np.ndarray, dtype: np.dtype) -> bool:
+    """`got` is native `dtype` and holds `want`'s values (NaNs and -0.0 compared by their bytes)."""
+    assert want.dtype == dtype, f"the reference is {want.dtype}, not {dtype}"
+    return (got.dtype == dtype and got.shape == want.shape
+            and np.array_equal(got, want, equal_nan=dtype.kind == "f") and got.tobytes() == want.tobytes())
+
+
+def same(record: Any, msg: Any) -> bool:
+    """A record from the reader holds what rclpy's message holds: the same values in the element
+    type of the message's data (an Int64MultiArray as int64, not its bytes as float64)."""
     if record.msg_type is not type(msg):
         return False
     if isinstance(msg, JointState):
+        f64 = np.dtype(np.float64)
         return (record.header.stamp == (msg.header.stamp.sec, msg.header.stamp.nanosec)
                 and record.header.frame_id == msg.header.frame_id and record.name == list(msg.name)
-                and all(arr(getattr(record, f)) == arr(np.asarray(getattr(msg, f), dtype=np.float64))
+                and all(same_values(getattr(record, f), np.asarray(getattr(msg, f), dtype=f64), f64)
                         for f in ("position", "velocity", "effort")))
-    dtype = record.data.dtype
+    want = np.asarray(memoryview(msg.data))  # rclpy's own element type: array.array('q') is int64
     return ([tuple(d) for d in record.layout.dim] == [(d.label, d.size, d.stride) for d in msg.layout.dim]
             and record.layout.data_offset == msg.layout.data_offset
-            and arr(record.data) == np.frombuffer(bytes(memoryview(msg.data)), dtype=dtype).tobytes())
+            and same_values(record.data, want, DTYPES[type(msg)]))
 
 
 @st.composite
@@ -115,6 +126,11 @@ def float64_array(encoding: str) -> bytes:
     return bytes(w.doubles([1.5, -2.0, 3.25]))
 
 
+def int64_array(encoding: str) -> bytes:
+    w = Writer(*ENCODINGS[encoding]).put("I", 1).string("count").put("II", 3, 3).put("I", 0)
+    return bytes(w.put("I", 3).put("3q", 1, -2, 2**40 + 3))
+
+
 def joint_state(encoding: str) -> bytes:
     w = Writer(*ENCODINGS[encoding]).put("i", -7).put("I", 9).string("base").put("I", 2)
     return bytes(w.string("hinge").string("slider").doubles([0.5, -0.25]).doubles([]).doubles([2.0]))
@@ -122,17 +138,23 @@ def joint_state(encoding: str) -> bytes:
 
 @pytest.mark.parametrize("encoding", list(ENCODINGS))
 def test_reads_both_byte_orders_and_plain_cdr2(encoding: str) -> None:
-    """XCDR2 aligns the doubles to 4, XCDR1 to 8; the hand-written XCDR1 LE is checked by rclpy itself."""
+    """XCDR2 aligns the doubles and int64s to 4, XCDR1 to 8; the hand-written XCDR1 LE is checked
+    by rclpy itself. Each record's data has its message's element type."""
     want = Float64MultiArray(data=[1.5, -2.0, 3.25])
     want.layout.dim = [MultiArrayDimension(label="action", size=3, stride=3)]
+    want_int = Int64MultiArray(data=[1, -2, 2**40 + 3])
+    want_int.layout.dim = [MultiArrayDimension(label="count", size=3, stride=3)]
     want_js = JointState(name=["hinge", "slider"], position=[0.5, -0.25], effort=[2.0])
     want_js.header.stamp.sec, want_js.header.stamp.nanosec, want_js.header.frame_id = -7, 9, "base"
     if encoding == "xcdr1 le":
         assert deserialize_message(float64_array(encoding), Float64MultiArray) == want
         assert deserialize_message(joint_state(encoding), JointState) == want_js
+        assert deserialize_message(int64_array(encoding), Int64MultiArray) == want_int
     assert same(read(float64_array(encoding), Float64MultiArray), want)
+    assert same(read(int64_array(encoding), Int64MultiArray), want_int)
     assert same(read(joint_state(encoding), JointState), want_js)
-    assert read(float64_array(encoding), Float64MultiArray).data.dtype.isnative
+    assert read(float64_array(encoding), Float64MultiArray).data.dtype == np.dtype("=f8")  # native order
+    assert read(int64_array(encoding), Int64MultiArray).data.tolist() == [1, -2, 2**40 + 3]
 
 
 def _good() -> bytes:

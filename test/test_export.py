@@ -104,11 +104,17 @@ def test_load_from_bytes(exported) -> None:
 
 
 def test_export_leaves_actor_alone_and_replaces_atomically(nets, tmp_path) -> None:
+    """A second export swaps in a new file (rename): a reader holding the old one still reads all
+    of the old bytes, never a truncated or mixed file; no temporary file is left behind."""
     actor, _ = nets
     actor.train()
     path = tmp_path / "sub" / "policy.onnx"
     export_policy(actor, path, action_low=-1.0, action_high=1.0, metadata={"env_id": "A", "version": 1})
-    export_policy(actor, path, action_low=-1.0, action_high=1.0, metadata={"env_id": "A", "version": 2})
+    old_bytes, old_inode = path.read_bytes(), path.stat().st_ino
+    with path.open("rb") as reader:  # opened on the old model before the second export
+        export_policy(actor, path, action_low=-1.0, action_high=1.0, metadata={"env_id": "A", "version": 2})
+        assert reader.read() == old_bytes  # an in-place rewrite would show the new (or partial) bytes
+    assert path.stat().st_ino != old_inode and path.read_bytes() != old_bytes
     assert actor.training
     assert load_policy(path).metadata.version == 2
     assert [p.name for p in path.parent.iterdir()] == ["policy.onnx"]

@@ -23,12 +23,25 @@ def test_bellman_target_masks_terminals():
 
 
 def test_reward_is_minus_log_one_minus_d_with_clipping():
-    r = losses.reward_from_logits(T([0.0, 100.0, -100.0, 2.0]))
+    """r = -log(1 - D), with 1 - D clipped to [eps_low, 1 - eps_high]: both clips are the exact floor/cap."""
+    r = losses.reward_from_logits(T([0.0, 100.0, -100.0, 2.0, -1e4]))
     assert r[0].item() == pytest.approx(math.log(2.0), rel=1e-6)
     assert r[1].item() == pytest.approx(-math.log(1e-4), rel=1e-5)  # 1 - D clipped at 1e-4
-    assert 0.0 <= r[2].item() <= 2e-8  # 1 - D clipped at 1 - 1e-8
+    floor = -math.log1p(-1e-8)  # 1 - D clipped at 1 - 1e-8: r never below ~1e-8 (unclipped: ~0)
+    assert r[2].item() == pytest.approx(floor, rel=1e-3) and r[4].item() == pytest.approx(floor, rel=1e-3)
     d = 1 / (1 + math.exp(-2.0))
     assert r[3].item() == pytest.approx(-math.log(1 - d), rel=1e-6)
+    # a larger eps_high: the floor -log(1 - 1e-3) ~ 1.0005e-3 takes over at logits below about -6.9
+    logits = T([-10.0, -100.0, -5.0])
+    r = losses.reward_from_logits(logits, eps_high=1e-3)
+    floor = -math.log1p(-1e-3)
+    assert r[0].item() == pytest.approx(floor, rel=1e-3) and r[1].item() == pytest.approx(floor, rel=1e-3)
+    assert r[2].item() == pytest.approx(math.log1p(math.exp(-5.0)), rel=1e-5)  # ~6.7e-3: not clipped
+    r64 = losses.reward_from_logits(logits.double(), eps_low=0.5, eps_high=1e-3)  # the floor in float64 too
+    assert r64[1].item() == pytest.approx(floor, rel=1e-9) and r64[2].item() == pytest.approx(
+        math.log1p(math.exp(-5.0)), rel=1e-9)
+    # and eps_low caps r at -log(eps_low)
+    assert losses.reward_from_logits(T([3.0]), eps_low=0.5).item() == pytest.approx(math.log(2.0), rel=1e-6)
 
 
 def test_bernoulli_entropy_and_discriminator_loss():

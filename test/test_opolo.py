@@ -198,3 +198,26 @@ def test_load_state_dict_keeps_the_configured_learning_rates():
         assert torch.equal(moments_a[k]["exp_avg"], moments_b[k]["exp_avg"])
     for x, y in zip(a.critic.parameters(), b.critic.parameters()):
         assert torch.equal(x, y)
+
+
+def test_opolo_x_schedules_no_inverse_model_update_and_opolo_does():
+    """lam = 0 (OPOLO-x): make_schedule plans no P_I pre-training or P_I steps; lam > 0 plans both."""
+    from opolo_ros.algo.config import load_run_config
+    from opolo_ros.train.runner import make_schedule
+
+    schedule = {"warmup_steps": 100, "batch_size": 32, "train_freq": 10, "inverse_freq": 20,
+                "disc_freq": 20, "inverse_pretrain_steps": 7, "inverse_steps": 3, "disc_steps": 2,
+                "gradient_steps": 5}
+
+    def totals(lam: float) -> dict[str, int]:
+        plans = make_schedule(load_run_config(None, {"schedule": schedule, "opolo": {"lam": lam}}))
+        steps = [plans.plan(n) for n in range(1, 301)]
+        return {kind: sum(getattr(p, kind) for p in steps)
+                for kind in ("inverse_pretrain", "inverse", "disc", "critic")}
+
+    opolo_x, opolo = totals(0.0), totals(0.1)
+    assert opolo_x["inverse_pretrain"] == 0 and opolo_x["inverse"] == 0
+    assert opolo["inverse_pretrain"] == 7 and opolo["inverse"] == 3 * 11  # at steps 100, 120, ..., 300
+    # the rest of the schedule is the same: the discriminator and the critic still train
+    assert opolo_x["disc"] == opolo["disc"] == 2 * 11
+    assert opolo_x["critic"] == opolo["critic"] == 5 * 21  # at steps 100, 110, ..., 300

@@ -1,4 +1,4 @@
-"""Replay buffer: FIFO order, batched adds, checkpoint into the same or another capacity."""
+"""Replay buffer: FIFO order, batched adds, checkpoints, sampled fields; the expert (s, s') pairs."""
 
 import numpy as np
 import torch
@@ -41,3 +41,44 @@ def test_same_capacity_restore_samples_identically():
     b = ReplayBuffer(2, 1, 8, seed=99)
     b.load_state_dict(a.state_dict())
     assert torch.equal(a.sample(4).obs, b.sample(4).obs)
+
+
+def test_sample_keeps_each_field_of_a_transition_in_its_place():
+    """Every sampled row is one stored transition, field by field (no field swapped or shifted)."""
+    buf = ReplayBuffer(2, 3, 8, seed=5)
+
+    def transition(k):  # each field's values name the field and the transition
+        return (np.array([100 + k, 150 + k]), np.array([200 + k, 250 + k, 275 + k]),
+                np.array([300 + k, 350 + k]), 400 + k, k % 2, k // 2 % 2)
+
+    for k in range(5):  # partly filled: the 3 empty slots (all zeros) must never be drawn
+        buf.add(*transition(k))
+    got = buf.sample(256)
+    ks = (got.obs[:, 0] - 100).long()
+    assert set(ks.tolist()) == set(range(5))
+    want = [torch.tensor(np.stack([np.asarray(transition(k)[f], np.float32) for k in ks.tolist()]))
+            for f in range(6)]
+    assert torch.equal(got.obs, want[0]) and torch.equal(got.action, want[1])
+    assert torch.equal(got.next_obs, want[2]) and torch.equal(got.reward, want[3])
+    assert torch.equal(got.terminated, want[4]) and torch.equal(got.truncated, want[5])
+    for k in range(5, 13):  # wrapped: only transitions 5..12 remain
+        buf.add(*transition(k))
+    assert set((buf.sample(256).obs[:, 0] - 100).long().tolist()) == set(range(5, 13))
+
+
+def test_expert_dataset_pairs_consecutive_states_within_each_episode():
+    """The (s, s') pairs are exactly obs[t], obs[t + 1] of one episode: none across an episode boundary."""
+    from opolo_ros.data.demos import Episode, ExpertDataset
+
+    lengths = (3, 5, 2)  # T + 1 states: 2 + 4 + 1 pairs
+    episodes = [Episode(np.array([[100 * e + t, -(100 * e + t)] for t in range(n)], np.float32))
+                for e, n in enumerate(lengths)]
+    ds = ExpertDataset(episodes, obs_dim=2, seed=0)
+    want = {((100 * e + t, -(100 * e + t)), (100 * e + t + 1, -(100 * e + t + 1)))
+            for e, n in enumerate(lengths) for t in range(n - 1)}
+    assert len(ds) == len(want) == 7
+    stored = {(tuple(s), tuple(s2)) for s, s2 in zip(ds.obs.tolist(), ds.next_obs.tolist())}
+    assert stored == want
+    got = ds.sample(512)
+    sampled = {(tuple(s), tuple(s2)) for s, s2 in zip(got.obs.tolist(), got.next_obs.tolist())}
+    assert sampled == want  # every pair drawn, and nothing else
