@@ -342,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "a machine without rosbag2), e.g. a robot's /joint_states")
     rt.add_argument("topics", nargs="+", help="topics to record")
     rt.add_argument("-o", "--output", help="new bag folder (default: rosbag2_<date-time>)")
-    rt.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    rt.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3",
+                    help="sqlite3 (default): committed to disk every second, so a crash loses at most "
+                         "the last second; mcap: readable only once the recording ends")
     rt.add_argument("--duration", type=float, default=0.0,
                     help="seconds to record from the first subscription (default: until Ctrl-C)")
     rt.add_argument("--max-messages", dest="max_messages", type=int, default=0,

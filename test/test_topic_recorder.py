@@ -154,3 +154,28 @@ def test_max_messages_ends_the_recording(ros_node, tmp_path):
     assert "/obs [std_msgs/msg/Float64MultiArray], best effort" in out, out
     (episode,) = read_demonstrations(tmp_path / "b", episode_gap_s=None)
     np.testing.assert_array_equal(episode.obs, [[k, -k] for k in range(5)])
+
+
+def test_a_killed_sqlite3_recording_keeps_what_was_flushed(ros_node, tmp_path):
+    """SIGKILL: no metadata.yaml, but the storage file holds every message up to the last flush
+    (1 s by default), and the reader takes it as a bare storage file."""
+    from std_msgs.msg import Float64MultiArray
+
+    pub = ros_node.create_publisher(Float64MultiArray, "/obs", 100)
+    proc = start_recorder(tmp_path, "/obs", "-o", "b")
+    try:
+        wait_until(lambda: ros_node.count_subscribers("/obs") >= 1, proc)
+        for k in range(20):
+            pub.publish(Float64MultiArray(data=[float(k)]))
+            time.sleep(0.01)
+        time.sleep(2.5)  # two flush periods
+        proc.kill()
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert not (tmp_path / "b" / "metadata.yaml").exists()
+    (storage,) = (tmp_path / "b").glob("*.db3")
+    (episode,) = read_demonstrations(storage, episode_gap_s=None)
+    np.testing.assert_array_equal(episode.obs, np.arange(20, dtype=np.float32)[:, None])

@@ -7,9 +7,12 @@ receive time. Written with the `rosbags` library (MCAP by default, or sqlite3), 
 must know the message type (ROS 2 Kilted's standard messages: ``std_msgs``, ``sensor_msgs``,
 ``geometry_msgs``, ``nav_msgs``, ...), since MCAP keeps each type's definition.
 
-The bag's ``metadata.yaml`` (and MCAP's index) are written by :meth:`StreamBagWriter.close`: a
-process killed with SIGKILL leaves a bag that cannot be read (as rosbag2's own MCAP recorder leaves
-one that needs ``ros2 bag reindex``). SIGINT and SIGTERM close it.
+The bag's ``metadata.yaml`` (and MCAP's index) are written by :meth:`StreamBagWriter.close`.
+With sqlite3 storage, :meth:`StreamBagWriter.flush` commits what was written so far: a process
+killed with SIGKILL (or a power cut) loses only what came after the last flush, and its storage
+file (``<bag>/<bag>.db3``, without ``metadata.yaml``) is read as a bare storage file. An MCAP bag
+killed that way cannot be read (as rosbag2's own MCAP recorder leaves one that needs ``ros2 bag
+reindex``).
 """
 
 from __future__ import annotations
@@ -65,6 +68,15 @@ class StreamBagWriter:
         """Store one serialized message of an added topic."""
         self._writer.write(self._connections[topic], stamp_ns, data)
         self.counts[topic] += 1
+
+    def flush(self) -> bool:
+        """Make what was written so far survive a crash: sqlite3 storage commits its transaction.
+        False for MCAP, whose file is readable only once closed."""
+        conn = getattr(getattr(self._writer, "storage", None), "conn", None)  # rosbags' sqlite3 writer
+        if self.closed or conn is None:
+            return False
+        conn.commit()
+        return True
 
     def close(self) -> None:
         """Write the index and ``metadata.yaml``; safe to call twice."""

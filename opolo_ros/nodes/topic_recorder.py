@@ -12,14 +12,18 @@ publisher offers it, so a latched topic's last message is recorded). Messages ar
 serialized bytes that arrived, stamped with their receive time (wall-clock time at the start, then
 a monotonic clock, so the stamps never go back; the demonstration reader splits episodes by them).
 The recording ends on SIGINT/SIGTERM, after ``duration_s`` or after ``max_messages``; the bag
-is complete then (``metadata.yaml`` written). A recorder killed with SIGKILL leaves no readable
-bag (see :mod:`opolo_ros.data.bag_writer`).
+is complete then (``metadata.yaml`` written). With sqlite3 storage (the default) the messages are
+committed to disk every ``flush_period_s``: a recorder killed with SIGKILL (or a machine that
+loses power) leaves ``<output>/<name>.db3``, which the demonstration reader takes as a bare
+storage file, short of the last period's messages; an MCAP bag killed that way cannot be read
+(see :mod:`opolo_ros.data.bag_writer`).
 """
 
 from __future__ import annotations
 
 import importlib
 import math
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,9 @@ PARAMETERS: dict[str, tuple] = {
     "topics": ([], "topics to record (absolute, or relative to the node's namespace)"),
     "output": ("", "new bag folder to write (must not exist); empty = rosbag2_<date-time> in the "
                    "working folder, as ros2 bag record names it"),
-    "storage": ("mcap", "rosbag2 storage: mcap or sqlite3"),
+    "storage": ("sqlite3", "rosbag2 storage: sqlite3 (flushed every flush_period_s: a crash loses only "
+                           "the messages since) or mcap (readable only once the recording ends)"),
+    "flush_period_s": (1.0, "sqlite3: commit the messages to disk this often; 0 = only at the end"),
     "duration_s": (0.0, "stop after this many seconds from the first subscription; 0 = until a signal"),
     "max_messages": (0, "stop after this many messages (all topics together); 0 = no limit"),
     "discovery_timeout_s": (0.0, "give up (status 1) when a topic has no publisher this many seconds "
@@ -79,7 +85,7 @@ class TopicRecorder(FinishableNode):
             raise ParameterError(f"parameter 'topics' names a topic twice: {topics}")
         if p["storage"] not in STORAGES:
             raise ParameterError(f"parameter 'storage' must be one of {STORAGES}, got {p['storage']!r}")
-        for name in ("duration_s", "discovery_timeout_s", "progress_period_s"):
+        for name in ("duration_s", "discovery_timeout_s", "progress_period_s", "flush_period_s"):
             if not (math.isfinite(p[name]) and p[name] >= 0):
                 raise ParameterError(f"parameter '{name}' must be finite and >= 0, got {p[name]}")
         if p["max_messages"] < 0:
@@ -106,6 +112,8 @@ class TopicRecorder(FinishableNode):
         self._discovery = self.create_timer(DISCOVERY_PERIOD_S, self._discover)
         if p["progress_period_s"] > 0:
             self.create_timer(p["progress_period_s"], self._report)
+        if p["flush_period_s"] > 0 and p["storage"] == "sqlite3":
+            self.create_timer(p["flush_period_s"], self._flush)
         self.get_logger().info(f"recording {', '.join(self.topics)} into {self.output} ({p['storage']})")
 
     # --------------------------------------------------------------------------------- discovery
@@ -169,13 +177,21 @@ class TopicRecorder(FinishableNode):
         stamp = self._wall0_ns + (time.monotonic_ns() - self._mono0_ns)
         try:
             self.bag.write(topic, stamp, data)
-        except OSError as err:  # disk full, storage removed: keep what was written
-            self._fail(f"cannot write {self.output}: {err.strerror or err}")
+        except (OSError, sqlite3.Error) as err:  # disk full, storage removed: keep what was written
+            self._fail(f"cannot write {self.output}: {' '.join(str(err).split())}")
             return
         self.messages += 1
         if self.max_messages and self.messages >= self.max_messages:
             self.get_logger().info(f"max_messages ({self.max_messages}) recorded")
             self.finished.set()
+
+    def _flush(self) -> None:
+        if self.finished.is_set():
+            return
+        try:
+            self.bag.flush()
+        except (OSError, sqlite3.Error) as err:  # disk full, I/O error
+            self._fail(f"cannot write {self.output}: {' '.join(str(err).split())}")
 
     def _duration_reached(self) -> None:
         if not self.finished.is_set():
