@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from opolo_ros import signals
 from opolo_ros.algo.config import (
     SEED_MAX,
     RunConfig,
@@ -37,6 +38,8 @@ def _node_parameter_names() -> frozenset[str] | None:
 
         return package_parameter_names()
     except ImportError:
+        if signals.interrupted():  # a signal while rclpy or MuJoCo initialised, not a missing rclpy
+            raise KeyboardInterrupt("stopped by a signal; what was written before is kept") from None
         return None
 
 
@@ -381,33 +384,41 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminated(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}; what was written before is kept")
-
-
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen command; bad input becomes a one-line error and status 2. SIGTERM outside the
-    training loop's own handling (setting up, a second signal while it saves) ends the command as
-    SIGINT does: one line and status 130, not a silent 143."""
+    """Run the chosen command; bad input becomes a one-line error and status 2. SIGINT and SIGTERM
+    outside the command's own handling (setting up, the training loop's second signal while it
+    saves, a launch before its graph runs) end it with one line and status 130, not a silent 143,
+    and not as an error when the interrupt came out of a native import as another exception."""
     func: Callable[[argparse.Namespace], int] = args.func
-    own_handling = (args.command in ("launch", "queue", "record-topics")
-                    or threading.current_thread() is not threading.main_thread())
-    previous = None if own_handling else signal.signal(signal.SIGTERM, _terminated)
+    signals.clear_interrupted()
+    own_handling = args.command == "queue" or threading.current_thread() is not threading.main_thread()
+    previous = {} if own_handling else {sig: signal.signal(sig, signals.raise_interrupt)
+                                        for sig in signals.STOP_SIGNALS}
     try:
         return func(args)
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         _drop_stdout()
         return 0
+    except KeyboardInterrupt as exc:
+        return _interrupted(args, str(exc))
     except (ValueError, FileNotFoundError, OSError) as exc:
+        if signals.interrupted():
+            return _interrupted(args, "")
         print(f"opolo-ros {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:
-        why = str(exc) or "what was written before is kept"
-        print(f"opolo-ros {args.command}: interrupted: {why}", file=sys.stderr)
-        return 130
+    except Exception:
+        if signals.interrupted():  # e.g. ImportError: initialization failed, from inside `import mujoco`
+            return _interrupted(args, "")
+        raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(args: argparse.Namespace, why: str) -> int:
+    print(f"opolo-ros {args.command}: interrupted: {why or 'what was written before is kept'}",
+          file=sys.stderr)
+    return 130
 
 
 def main(argv: list[str] | None = None) -> int:

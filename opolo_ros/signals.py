@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -10,6 +11,53 @@ from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _early_stop = threading.Event()
+_interrupted = threading.Event()
+_starting_previous: dict[int, object] = {}
+
+
+def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
+    """A command's handler for SIGINT and SIGTERM: KeyboardInterrupt, remembered (:func:`interrupted`).
+
+    Remembered because a KeyboardInterrupt raised while a native extension initialises (``import
+    mujoco``, ``import torch``) comes out as another exception (``ImportError: initialization
+    failed``): the command must still end as interrupted, not as an error or, where that error is
+    expected, carry on as if nothing happened."""
+    _interrupted.set()
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}; what was written before is kept")
+
+
+def interrupted() -> bool:
+    """Whether :func:`raise_interrupt` has raised since :func:`clear_interrupted`."""
+    return _interrupted.is_set()
+
+
+def clear_interrupted() -> None:
+    """Forget an earlier interrupt (a new command in the same process: tests, a library caller)."""
+    _interrupted.clear()
+
+
+def exit_on_signals_while_starting(program: str, status: int = 0) -> None:
+    """Until :func:`end_starting`: SIGINT or SIGTERM ends the process at once with `status` and one
+    line on stderr. For a node program while it imports its modules (seconds with torch and MuJoCo
+    on a busy machine), when nothing is written yet: SIGTERM would kill it without a word (status
+    143) and SIGINT print a traceback from inside ``import torch``. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        os.write(2, f"{program}: stopped by {signal.Signals(signum).name} while starting\n".encode())
+        os._exit(status)
+
+    for sig in STOP_SIGNALS:
+        previous = signal.signal(sig, handler)
+        _starting_previous.setdefault(sig, previous)
+
+
+def end_starting() -> None:
+    """The handlers from before :func:`exit_on_signals_while_starting` again (no-op without it)."""
+    for sig, previous in _starting_previous.items():
+        signal.signal(sig, previous)  # type: ignore[arg-type]
+    _starting_previous.clear()
 
 
 def catch_ignored_sigint() -> None:

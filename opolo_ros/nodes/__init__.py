@@ -1,6 +1,38 @@
-"""The ROS 2 nodes. Imported before any node module, so before their heavy imports (torch, MuJoCo):
-a SIGINT that comes meanwhile to a node program started with SIGINT ignored is kept."""
+"""The ROS 2 nodes. Imported before any node module, so before their heavy imports (torch, MuJoCo).
 
-from opolo_ros.signals import catch_ignored_sigint
+In a node program (``learner``, ``python -m opolo_ros.nodes.learner``, ...) a SIGINT or SIGTERM
+that comes meanwhile ends it at once with one line and status 0, as a signal does later (nothing
+is written before the node starts); ``run_node`` then installs the node's own handling. Anywhere
+else (a launch in one process, tests) nothing changes, except that a SIGINT that comes to a program
+started with SIGINT ignored is kept (:func:`opolo_ros.signals.catch_ignored_sigint`).
+"""
 
-catch_ignored_sigint()
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from opolo_ros.signals import catch_ignored_sigint, exit_on_signals_while_starting
+
+NODE_PROGRAMS = ("sim_bridge", "actor", "learner", "demo_recorder", "demo_player", "topic_recorder")
+
+
+def node_program(argv: list[str]) -> str | None:
+    """The node program that `argv` (``sys.orig_argv``: the interpreter's own command line) runs:
+    its console script or ``-m opolo_ros.nodes.<name>``; None for anything else."""
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == "-m":
+            module = argv[i + 1] if i + 1 < len(argv) else ""
+            name = module.rpartition(".")[2]
+            return name if module == f"opolo_ros.nodes.{name}" and name in NODE_PROGRAMS else None
+        if not arg.startswith("-"):
+            name = Path(arg).name
+            return name if name in NODE_PROGRAMS else None
+    return None
+
+
+_program = node_program(list(getattr(sys, "orig_argv", [])))
+if _program is not None:
+    exit_on_signals_while_starting(_program)
+else:
+    catch_ignored_sigint()

@@ -40,7 +40,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
 from opolo_ros.errors import one_line
-from opolo_ros.signals import stop_on_signals
+from opolo_ros.signals import end_starting, stop_on_signals
 
 ParamValue = bool | int | float | str | list
 
@@ -212,6 +212,7 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     argv = sys.argv if args is None else args
+    end_starting()  # from here a signal stops the node (stop_on_signals), not the process at once
     stop = threading.Event()
     node: FinishableNode | None = None
     executor = None
