@@ -125,3 +125,24 @@ def _catches(pid: int, sig: int) -> bool:
         return False
     mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
     return bool(mask >> (sig - 1) & 1)
+
+
+def test_node_programs_are_recognised_by_their_command_line() -> None:
+    """The early signal handling applies to the node programs only: not to tests, `opolo-ros launch`
+    or a library caller that imports the nodes; every node executable of setup.py is one."""
+    import re
+
+    from opolo_ros.launch_runner import NODE_CLASSES
+    from opolo_ros.nodes import NODE_PROGRAMS, node_program
+
+    setup = (Path(__file__).resolve().parents[1] / "setup.py").read_text()
+    scripts = set(re.findall(r"'(\w+) = opolo_ros\.nodes\.\w+:main'", setup))
+    assert set(NODE_PROGRAMS) == set(NODE_CLASSES) == scripts
+    py = "/venv/bin/python3"
+    assert node_program([py, "/venv/bin/learner", "--ros-args", "-p", "x:=1"]) == "learner"
+    assert node_program([py, "-u", "-m", "opolo_ros.nodes.sim_bridge", "--ros-args"]) == "sim_bridge"
+    assert node_program([py, "-m", "opolo_ros.nodes.common"]) is None
+    assert node_program([py, "-m", "pytest", "test"]) is None
+    assert node_program([py, "/venv/bin/opolo-ros", "launch", "sim_train"]) is None
+    assert node_program([py, "/venv/bin/pytest", "-q"]) is None
+    assert node_program([py]) is None
