@@ -240,3 +240,37 @@ def test_hopper_expert_deployed_with_the_actors_time_feature_clock_matches_its_d
     assert bridge.obs_dim == 11 and actor.current.metadata.obs_dim == 12
     assert returns[0] == pytest.approx(direct, rel=1e-6), (returns[0], direct, republished)
     assert direct > 3000
+
+
+def test_a_time_feature_policy_deployed_without_the_clock_is_warned_of(ros_domain_id, tmp_path):
+    """The Hopper expert takes 1 - t/T as its 12th input. Deployed without time_feature_clock the actor
+    said nothing at start, and dropped each 11-value observation without a hint (a walkthrough)."""
+    import rclpy
+    from std_msgs.msg import Float32MultiArray
+
+    from opolo_ros.ros import runtime
+
+    hopper = ROOT / "models" / "experts" / "Hopper-v5.onnx"
+    proc = subprocess.Popen([OPOLO_ROS, "launch", "deploy", f"model:={hopper}", "observation_topic:=/obs",
+                             "action_topic:=/cmd"], cwd=tmp_path, env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    context = runtime.init_context(ros_domain_id, args=[])
+    node = rclpy.create_node("time_feature_probe", context=context)
+    try:
+        pub = node.create_publisher(Float32MultiArray, "/obs", 10)
+        deadline = time.monotonic() + 60
+        while not pub.get_subscription_count():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        for _ in range(5):
+            pub.publish(Float32MultiArray(data=[0.0] * 11))
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        runtime.shutdown(context, [node])
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+    assert "was trained with time_feature: true: its last input is 1 - t/T" in out, out
+    assert "set time_feature_clock to the training episode length" in out, out
+    assert re.search(r"observation dropped \(\d+ so far\): .*obs size is 11, this node expects 12 \(the "
+                     r"policy takes the time feature as its last input: time_feature_clock\?\)", out), out

@@ -238,6 +238,7 @@ class Actor(FinishableNode):
         self.noise = p["exploration_noise"]
         self.rate_hz = p["rate_hz"]
         self.clock_steps = p["time_feature_clock"]
+        self._warned_time_feature = False
         if self.clock_steps < 0:
             raise ParameterError(f"parameter 'time_feature_clock' must be >= 0, got {self.clock_steps}")
         if self.clock_steps and p["mode"] != "deploy":
@@ -429,6 +430,13 @@ class Actor(FinishableNode):
         loaded = replace(loaded, bounds=self._bounds(loaded))
         if self.mode == "deploy":
             self._check_safe_command(loaded)
+            if loaded.metadata.time_feature and not self._extra and not self._warned_time_feature:
+                self._warned_time_feature = True
+                self.get_logger().warning(
+                    f"the policy {loaded.origin} was trained with time_feature: true: its last input is "
+                    "1 - t/T, which the observations must then carry; a robot's state does not: set "
+                    "time_feature_clock to the training episode length (1000 for the Gymnasium MuJoCo "
+                    "tasks) and the actor appends it")
         if self._command is None or self._command.values.size != loaded.act_dim:
             self._command = CommandBuffer(loaded.act_dim, self.echo)
             if self.mode == "deploy":  # the rate limit ramps the first command from the safe one
@@ -513,7 +521,10 @@ class Actor(FinishableNode):
         self.rejected_observations += 1
         if self.rejected_pub is not None:
             self.rejected_pub.publish(Int64(data=self.rejected_observations))
-        self.get_logger().warning(f"observation dropped ({self.rejected_observations} so far): {err}",
+        current = self.current
+        hint = (" (the policy takes the time feature as its last input: time_feature_clock?)"
+                if current is not None and current.metadata.time_feature and not self._extra else "")
+        self.get_logger().warning(f"observation dropped ({self.rejected_observations} so far): {err}{hint}",
                                   throttle_duration_sec=LOG_THROTTLE_S)
 
     def _expected_obs_dim(self) -> int | None:
