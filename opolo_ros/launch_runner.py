@@ -186,6 +186,16 @@ def package_parameter_names() -> frozenset[str]:
     return frozenset().union(*(declared_parameters(e) for e in NODE_CLASSES))
 
 
+def own_sections(name: str, namespace: str = "") -> list[str]:
+    """The sections of a parameter file that name node `name` in `namespace` (not ``/**``), in the
+    order a later one overrides an earlier one."""
+    ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
+    keys = [f"/**/{name}", name, f"/{name}"]
+    if ns:
+        keys += [f"{ns}/{name}", f"{ns.lstrip('/')}/{name}"]
+    return keys
+
+
 def node_parameters(params_file: str | Path | None, name: str, namespace: str = "",
                     executable: str | None = None, package_wide: bool = False) -> dict[str, Any]:
     """The flat (dotted) parameters a file gives node `name` in `namespace` (see module docstring).
@@ -200,10 +210,7 @@ def node_parameters(params_file: str | Path | None, name: str, namespace: str = 
     if not params_file:
         return {}
     sections = read_params_file(params_file)
-    ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
-    keys = ["/**", f"/**/{name}", name, f"/{name}"]
-    if ns:
-        keys += [f"{ns}/{name}", f"{ns.lstrip('/')}/{name}"]
+    keys = ["/**", *own_sections(name, namespace)]
     executable = executable or name
     merged: dict[str, Any] = {}
     for key in keys:

@@ -107,6 +107,13 @@ CASES = {
                                          "section 'bridge2': unknown key 'max_ahed'", node=True),
     "node demos with NaN": Case(("demo_player", "--ros-args", "-p", "demos:={nan_bag}"), "NaN or inf",
                                 node=True),
+    # rcl ignores a -p the node does not declare (the default ran instead, a walkthrough)
+    "node -p unknown key": Case(("sim_bridge", "--ros-args", "-p", "max_ahed:=5"),
+                                "-p max_ahed:=5: unknown key 'max_ahed', not a parameter of the sim_bridge "
+                                "node; did you mean 'max_ahead'?", node=True),
+    "node -p unknown key of its name": Case(("sim_bridge", "--ros-args", "-p", "sim_bridge:env:=Hopper-v5"),
+                                            "unknown key 'env', not a parameter of the sim_bridge node",
+                                            node=True),
 }
 
 

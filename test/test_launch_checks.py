@@ -294,3 +294,27 @@ def test_an_mjcf_run_gets_a_run_folder_named_after_its_file(tmp_path):
     demos = lr.package_path("models", "demos", "InvertedPendulum-v5")
     specs = lr.describe_launch("sim_train", [f"env:={xml}", f"demos:={demos}"])[2]
     assert next(s for s in specs if s.name == "learner").parameters["run_dir"] == "runs/opolo/arm-graph"
+
+
+def test_a_plain_param_argument_that_the_nodes_own_file_section_overrides_is_warned_of(tmp_path, capsys):
+    """ROS gives a node's own section of --params-file precedence over a plain `-p key:=value`: the
+    walkthrough's `learner --ros-args --params-file task.yaml -p run_dir:=...` trained in the file's
+    run_dir without a word. Now a warning names the fix; `-p learner:key:=` and keys the file sets
+    only in `/**` pass without one."""
+    from opolo_ros.nodes.common import check_params_files
+
+    params = tmp_path / "task.yaml"
+    params.write_text("/**:\n  ros__parameters: {seed: 3}\nlearner:\n  ros__parameters: {run_dir: runs/a}\n")
+    check_params_files(["learner", "--ros-args", "--params-file", str(params), "-p", "run_dir:=runs/b",
+                        "-p", "learner:total_steps:=10", "-p", "seed:=4"], "learner")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"learner: warning: -p run_dir:=runs/b does not apply: the 'learner' section of {params} "
+                   "sets run_dir, and ROS gives a node's own section precedence; use -p "
+                   "learner:run_dir:=runs/b"]
+    check_params_files(["learner", "--ros-args", "--params-file", str(params), "-p",
+                        "learner:run_dir:=runs/b"], "learner")
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="unknown key 'total_step', not a parameter of the learner node; "
+                                         "did you mean 'total_steps'"):
+        check_params_files(["learner", "--ros-args", "-p", "total_step:=10"], "learner")
+    check_params_files(["learner", "--ros-args", "-p", "other_node:whatever:=1"], "learner")  # not ours

@@ -192,9 +192,40 @@ def check_params_files(args: list[str], executable: str) -> None:
                 name = target
             elif key == "__ns":
                 namespace = target
+    files = [value for flag, value in zip(args, args[1:]) if flag == "--params-file"]
+    for path in files:
+        node_parameters(path, name, namespace, executable, package_wide=True)
+    check_param_arguments(args, executable, name, namespace, files)
+
+
+def check_param_arguments(args: list[str], executable: str, name: str, namespace: str,
+                          files: list[str]) -> None:
+    """``-p key:=value`` of the ROS arguments: a key the node does not declare is an error (rcl
+    ignores it: ``-p max_ahed:=5`` ran with the default, a walkthrough), and a key the node's own
+    section of a ``--params-file`` also sets gets a warning: ROS gives that section precedence over
+    a plain ``-p`` (``-p <node>:key:=value`` overrides it)."""
+    from opolo_ros.algo.config import check_parameter_names, flatten
+    from opolo_ros.launch_runner import NODE_CLASSES, declared_parameters, own_sections, read_params_file
+
+    if executable not in NODE_CLASSES:
+        return
     for flag, value in zip(args, args[1:]):
-        if flag == "--params-file":
-            node_parameters(value, name, namespace, executable, package_wide=True)
+        if flag not in ("-p", "--param"):
+            continue
+        key = value.partition(":=")[0]
+        node, _, key = key.rpartition(":")  # `<node>:key:=` sets that node's parameter only
+        if node and node not in (name, "*", "/**"):
+            continue
+        check_parameter_names([key], declared_parameters(executable), f"{flag} {value}",
+                              f"the {executable} node")
+        if node:
+            continue
+        for path in files:
+            sections = read_params_file(path)
+            if any(key in flatten(sections.get(section) or {}) for section in own_sections(name, namespace)):
+                print(f"{executable}: warning: {flag} {value} does not apply: the '{name}' section of "
+                      f"{path} sets {key}, and ROS gives a node's own section precedence; use "
+                      f"{flag} {name}:{value}", file=sys.stderr)
 
 
 def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
