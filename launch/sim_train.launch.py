@@ -116,8 +116,12 @@ def describe(args: dict) -> list:
     env = base.env_id
     if not args["run_dir"]:
         run_dir = base.run_dir
-        if is_mjcf(env) and run_dir == RunConfig().run_dir:  # no task file names one: every robot
-            run_dir = f"runs/opolo/{Path(env).stem}"  # model shared runs/default-graph
+        # No task file names one (every robot model shared runs/default-graph), or env:= runs another
+        # task than the file's, whose run folder is that task's (a walkthrough's robot went into the
+        # pendulum's folder): the task's own folder.
+        other_task = bool(args["env"]) and run_config(params_file).env_id != env
+        if other_task or (is_mjcf(env) and run_dir == RunConfig().run_dir):
+            run_dir = f"runs/opolo/{Path(env).stem if is_mjcf(env) else env}"
         overrides["run_dir"] = run_dir.rstrip("/") + "-graph"
     learner_file = node_parameters(params_file, "learner", ns)
     bridge_file = node_parameters(params_file, "sim_bridge", ns)

@@ -294,6 +294,15 @@ def test_an_mjcf_run_gets_a_run_folder_named_after_its_file(tmp_path):
     demos = lr.package_path("models", "demos", "InvertedPendulum-v5")
     specs = lr.describe_launch("sim_train", [f"env:={xml}", f"demos:={demos}"])[2]
     assert next(s for s in specs if s.name == "learner").parameters["run_dir"] == "runs/opolo/arm-graph"
+    # With another task's file as the template (README: "give a task file for short runs"), the
+    # robot went into the pendulum's run folder (a walkthrough): its own, unless run_dir:= is given.
+    pendulum = "params_file:=config/inverted_pendulum.yaml"
+    for argv, run_dir in (([pendulum, f"env:={xml}", f"demos:={demos}"], "runs/opolo/arm-graph"),
+                          ([pendulum, f"env:={xml}", f"demos:={demos}", "run_dir:=runs/mine"], "runs/mine"),
+                          ([pendulum], "runs/opolo/InvertedPendulum-v5-graph"),
+                          ([pendulum, "env:=InvertedPendulum-v5"], "runs/opolo/InvertedPendulum-v5-graph")):
+        specs = lr.describe_launch("sim_train", argv)[2]
+        assert next(s for s in specs if s.name == "learner").parameters["run_dir"] == run_dir, argv
 
 
 def test_a_plain_param_argument_that_the_nodes_own_file_section_overrides_is_warned_of(tmp_path, capsys):
