@@ -550,8 +550,14 @@ def test_resuming_with_another_seed_or_variant_is_refused_and_other_changes_are_
     """Seed 7's run resumed as seed 8 or as OPOLO-x went on silently (config.yaml rewritten)."""
     first = DirectTrainer(small_cfg(tmp_path, demos, total_steps=60))
     first.train()
-    for extra, says in [({"seed": 8}, "was written with seed 7, not 8: a resumed run goes on"),
-                        ({"opolo": {"lam": 0.0}}, r"is a run of OPOLO \(opolo.lam 0.1\), not of OPOLO-x")]:
+    for extra, says in [({"seed": 8}, r"was written with seed 7, not 8 \(also changed: total_steps: 60 -> "
+                                      r"80\): a resumed run goes on"),
+                        ({"opolo": {"lam": 0.0}}, r"is a run of OPOLO \(opolo.lam 0.1\), not of OPOLO-x"),
+                        # one refusal names every change (a walkthrough fixed them one by one)
+                        ({"seed": 8, "eval_episodes": 3}, r"not 8 \(also changed: eval_episodes: 1 -> 3; "
+                                                          r"total_steps: 60 -> 80\)"),
+                        ({"opolo": {"lam": 0.0}, "eval_episodes": 3},
+                         r"OPOLO-x \(opolo.lam 0.0\) \(also changed: .*eval_episodes: 1 -> 3; total_steps")]:
         with pytest.raises(ValueError, match=says):
             DirectTrainer(small_cfg(tmp_path, demos, total_steps=80, **extra)).train()
     assert yaml.safe_load((first.run_dir / "config.yaml").read_text())["seed"] == 7
@@ -631,7 +637,8 @@ def test_resume_refusals_name_the_task_first() -> None:
     for config, says in [(opolo_x,
                           "is for td3 on InvertedPendulum-v5, not opolo on InvertedPendulum-v5"),
                          ({"algo": "td3", "env_id": "Hopper-v5", "seed": 8},
-                          "is for td3 on InvertedPendulum-v5, not td3 on Hopper-v5")]:
+                          r"is for td3 on InvertedPendulum-v5, not td3 on Hopper-v5 \(also changed: "
+                          r"seed: 7 -> 8\)")]:
         with pytest.raises(ValueError, match=says):
             resume_changes({"config": saved}, to_dict(load_run_config(None, config)), "ck.pt", "start over")
     same = to_dict(load_run_config(None, {"algo": "td3", "env_id": "InvertedPendulum-v5", "seed": 7,

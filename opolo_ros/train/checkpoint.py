@@ -113,10 +113,18 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in changed]
 
 
+def _also_changed(changes: list[str], named: tuple[str, ...]) -> str:
+    """The changed values other than those `named` already, so that one refusal names them all."""
+    others = [c for c in changes if c.split(": ", 1)[0] not in named]
+    shown = "; ".join(others[:6]) + (f"; and {len(others) - 6} more" if len(others) > 6 else "")
+    return f" (also changed: {shown})" if others else ""
+
+
 def check_same_task(saved: dict[str, Any], config: dict[str, Any], path: str | Path, start_over: str) -> None:
     if saved["env_id"] != config["env_id"] or saved["algo"] != config["algo"]:
+        also = _also_changed(config_changes(saved, config), ("env_id", "algo"))
         raise CheckpointError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
-                              f"not {config['algo']} on {config['env_id']}; {start_over}")
+                              f"not {config['algo']} on {config['env_id']}{also}; {start_over}")
 
 
 def resume_changes(state: dict[str, Any], config: dict[str, Any], path: str | Path,
@@ -126,16 +134,22 @@ def resume_changes(state: dict[str, Any], config: dict[str, Any], path: str | Pa
     evaluation seeds would change), or OPOLO <-> OPOLO-x (``opolo.lam`` 0 against > 0)."""
     saved = state["config"]
     check_same_task(saved, config, path, start_over)
+    changes = config_changes(saved, config)
+
+    def also(key: str) -> str:
+        return _also_changed(changes, (key,))
+
     if saved.get("seed") != config.get("seed"):
         raise CheckpointError(f"checkpoint {path} was written with seed {saved.get('seed')}, not "
-                              f"{config.get('seed')}: a resumed run goes on with its own seed's random "
-                              f"state; resume with seed {saved.get('seed')}, or {start_over}")
+                              f"{config.get('seed')}{also('seed')}: a resumed run goes on with its own "
+                              f"seed's random state; resume with seed {saved.get('seed')}, or {start_over}")
     old_lam, new_lam = (c.get("opolo", {}).get("lam") for c in (saved, config))
     if saved.get("algo") == "opolo" and old_lam is not None and (old_lam == 0) != (new_lam == 0):
         names = {True: "OPOLO-x (opolo.lam 0)", False: f"OPOLO (opolo.lam {old_lam})"}
         raise CheckpointError(f"checkpoint {path} is a run of {names[old_lam == 0]}, not of "
-                              f"{'OPOLO-x' if new_lam == 0 else 'OPOLO'} (opolo.lam {new_lam}); {start_over}")
-    return config_changes(saved, config)
+                              f"{'OPOLO-x' if new_lam == 0 else 'OPOLO'} (opolo.lam {new_lam})"
+                              f"{also('opolo.lam')}; {start_over}")
+    return changes
 
 
 def changes_note(changes: list[str]) -> str:
