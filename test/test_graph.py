@@ -94,6 +94,10 @@ def test_graph_learns_inverted_pendulum(tmp_path, demos, ros_domain_id):
                  "learner_params.yaml"):
         assert (run / name).is_file(), name
     assert any((run / "tb").iterdir())
+    from opolo_ros.export.onnx_policy import load_policy
+
+    meta = load_policy(run / "policy.onnx").metadata  # env steps, as the direct loop writes them
+    assert meta.training_step == meta.version == 5000, meta  # (the learner wrote its gradient steps)
 
 
 def test_bridge_ahead_waits_for_learner(tmp_path, demos, ros_domain_id):

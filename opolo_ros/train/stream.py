@@ -370,8 +370,8 @@ class StreamTrainer:
         """
         check_finite(self.learner, self.step, path.name)
         kwargs = {"action_low": self.scaler.low, "action_high": self.scaler.high,
-                  "metadata": policy_metadata(self.cfg, training_step=self.learner.critic_steps,
-                                              version=self.step, trainer="learner")}
+                  "metadata": policy_metadata(self.cfg, training_step=self.step, version=self.step,
+                                              trainer="learner")}  # env steps, as the direct loop
         return export_policy_or_warn(self.learner.actor, path, self.hooks.log.warning, **kwargs)
 
     def _publish_policy(self) -> None:
