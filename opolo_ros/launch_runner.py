@@ -579,8 +579,9 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
 
             print(score_line(r.normalised, r.expert_return, r.random_return))
         plot = f", learning curve: {learner.trainer.plot_path.name}" if learner.trainer.plot_path else ""
+        evaluations = "" if math.isnan(r.eval_mean) else f"evaluations: eval.csv{plot}, "
         print(f"run folder: {r.run_dir}  (policy: {r.policy_path.name}, TensorBoard: tb/, "
-              f"evaluations: eval.csv{plot}, parameters: config.yaml, launch_params.yaml)")
+              f"{evaluations}parameters: config.yaml, launch_params.yaml)")
         return 0
     for node in result.nodes.values():
         bag = getattr(node, "bag", None)
