@@ -70,6 +70,21 @@ def catch_ignored_sigint() -> None:
 
 
 @contextmanager
+def hold_signals() -> Iterator[None]:
+    """While inside: SIGINT and SIGTERM do nothing (a clean-up that a second Ctrl-C must not break
+    off half-way: a bag's index and metadata, milliseconds). Main thread only; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, lambda _signum, _frame: None) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """While inside: the first SIGINT/SIGTERM sets `stop`, a second raises KeyboardInterrupt.
 

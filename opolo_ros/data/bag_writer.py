@@ -24,6 +24,18 @@ from typing import Any
 from opolo_ros.data.bags import STORAGES, BagError, _one_line, _typestore
 
 
+def offered_qos(reliable: bool, transient_local: bool, depth: int, keep_all: bool = False) -> Any:
+    """A publisher's offered QoS as rosbag2 records it (``offered_qos_profiles``: what ``ros2 bag
+    play`` republishes with; deadline, lifespan and liveliness left at their defaults)."""
+    from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+
+    zero = QosTime(0, 0)
+    return Qos(QosHistory.KEEP_ALL if keep_all else QosHistory.KEEP_LAST, depth,
+               QosReliability.RELIABLE if reliable else QosReliability.BEST_EFFORT,
+               QosDurability.TRANSIENT_LOCAL if transient_local else QosDurability.VOLATILE,
+               zero, zero, QosLiveliness.AUTOMATIC, zero, False)
+
+
 class StreamBagWriter:
     """A new bag folder at `path` (must not exist); topics are added as their types become known."""
 
@@ -37,6 +49,7 @@ class StreamBagWriter:
         if self.path.exists():
             raise FileExistsError(f"{self.path} already exists; refusing to overwrite a bag "
                                   "(choose another output path or remove it)")
+        self.storage = storage
         self._store = _typestore()
         plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
         self._writer = Writer(self.path, version=Writer.VERSION_LATEST, storage_plugin=plugin)
@@ -44,25 +57,38 @@ class StreamBagWriter:
             self._writer.set_custom_data(key, value)
         try:
             self._writer.open()
+            conn = self._sqlite()
+            if conn is not None:
+                # Pages of an uncommitted transaction stay in memory, not in the file, however big
+                # it grows: a reader of the file of a killed recorder (rosbags opens it immutable,
+                # without rolling back the leftover journal) then sees exactly the committed data.
+                conn.execute("PRAGMA cache_spill=OFF")
         except Exception as err:
             raise BagError(f"cannot create bag {self.path}: {_one_line(err)}") from None
         self._connections: dict[str, Any] = {}
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, int] = {}  # messages written, per topic
+        self.committed: dict[str, int] = {}  # of those, on disk for good (sqlite3: at the last flush)
         self.closed = False
+
+    def _sqlite(self) -> Any:
+        """rosbags' sqlite3 connection of the open bag (None for MCAP)."""
+        return getattr(getattr(self._writer, "storage", None), "conn", None)
 
     def knows(self, msgtype: str) -> bool:
         """Whether the type store has a definition of `msgtype` (``pkg/msg/Name``)."""
         return msgtype in self._store.types
 
-    def add_topic(self, topic: str, msgtype: str) -> None:
-        """Record `topic` as `msgtype` from now on."""
+    def add_topic(self, topic: str, msgtype: str, qos: list[Any] | None = None) -> None:
+        """Record `topic` as `msgtype` from now on; `qos`: its publishers' :func:`offered_qos`."""
         if topic in self._connections:
             raise BagError(f"topic {topic} is recorded already")
         if not self.knows(msgtype):
             raise BagError(f"cannot record {topic}: no definition of {msgtype} in the rosbags type "
                            "store (ROS 2 Kilted's standard message packages)")
-        self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self._store)
+        self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self._store,
+                                                               offered_qos_profiles=qos or [])
         self.counts[topic] = 0
+        self.committed[topic] = 0
 
     def write(self, topic: str, stamp_ns: int, data: bytes) -> None:
         """Store one serialized message of an added topic."""
@@ -72,17 +98,30 @@ class StreamBagWriter:
     def flush(self) -> bool:
         """Make what was written so far survive a crash: sqlite3 storage commits its transaction.
         False for MCAP, whose file is readable only once closed."""
-        conn = getattr(getattr(self._writer, "storage", None), "conn", None)  # rosbags' sqlite3 writer
+        conn = self._sqlite()
         if self.closed or conn is None:
             return False
         conn.commit()
+        self.committed = dict(self.counts)
         return True
 
     def close(self) -> None:
         """Write the index and ``metadata.yaml``; safe to call twice."""
         if not self.closed:
-            self.closed = True
             self._writer.close()
+            self.closed = True
+            self.committed = dict(self.counts)
+
+    def salvage(self) -> None:
+        """After a failed write or flush (disk full): keep what is on disk for good and write nothing
+        more. sqlite3: the storage file with the messages of the last flush (``committed``), no
+        ``metadata.yaml`` (its counts would include the messages rolled back); MCAP: nothing readable."""
+        if not self.closed:
+            self.closed = True
+            try:
+                self._writer.abort()
+            except Exception:  # noqa: S110 - the storage failed already; what is on disk stays
+                pass
 
     def abort(self) -> None:
         """Remove the bag (a recording that could not start)."""

@@ -463,6 +463,7 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
 
     if bag.is_dir():
         _check_storage_listing(bag)
+    _roll_back_hot_journals(bag)
     reader = Reader(bag)
     try:
         reader.open()
@@ -510,6 +511,26 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
                        f"{_one_line(err)})") from None
     finally:
         reader.close()
+
+
+def _roll_back_hot_journals(bag: Path) -> None:
+    """An sqlite3 storage file left by a killed writer may have its rollback journal beside it
+    (``<file>.db3-journal``): rosbags opens storage files immutable, which ignores the journal and can
+    read pages of the transaction that never committed. Opening the file once with sqlite3 rolls the
+    journal back, as any sqlite3 reader would (the file is then what was last committed)."""
+    import sqlite3
+
+    files = [bag] if bag.is_file() else sorted(bag.glob("*.db3"))
+    for db in files:
+        if db.suffix == ".db3" and Path(f"{db}-journal").exists():
+            try:
+                conn = sqlite3.connect(db)
+                try:
+                    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                finally:
+                    conn.close()
+            except sqlite3.Error as err:
+                raise BagError(f"{db}: cannot roll back its leftover journal ({_one_line(err)})") from None
 
 
 def _digests(custom: Mapping[str, str], bag: Path) -> list[str] | None:

@@ -40,7 +40,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
 from opolo_ros.errors import one_line
-from opolo_ros.signals import end_starting, stop_on_signals
+from opolo_ros.signals import end_starting, hold_signals, stop_on_signals
 
 ParamValue = bool | int | float | str | list
 
@@ -263,17 +263,19 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
                 status = 1
         except (KeyboardInterrupt, ExternalShutdownException):
             pass
-        except (ValueError, FileNotFoundError, rclpy_implementation.RCLError) as err:
+        except (ValueError, FileNotFoundError, rclpy_implementation.RCLError,
+                rclpy_implementation.UnknownROSArgsError) as err:
             print(f"{default_node_name(factory)}: error: {one_line(err)}", file=sys.stderr)
             status = 2
         finally:
             if node is not None:
-                node.close()
-            if executor is not None:
-                executor.shutdown(timeout_sec=1.0)
-            if node is not None:
-                node.destroy_node()
-            rclpy.try_shutdown()
+                node.close()  # a node whose close must not be broken off holds signals itself
+            with hold_signals():  # milliseconds: a second signal here would only leave a traceback
+                if executor is not None:
+                    executor.shutdown(timeout_sec=1.0)
+                if node is not None:
+                    node.destroy_node()
+                rclpy.try_shutdown()
     if args is None:
         exit_now(status)
     return status

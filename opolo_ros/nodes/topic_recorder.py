@@ -30,13 +30,15 @@ from typing import Any
 
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
-from opolo_ros.data.bag_writer import StreamBagWriter
+from opolo_ros.data.bag_writer import StreamBagWriter, offered_qos
 from opolo_ros.data.bags import STORAGES, BagError
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
+from opolo_ros.signals import hold_signals
 
 DISCOVERY_PERIOD_S = 0.2  # how often the graph is looked at for the topics not subscribed yet
 WAITING_LOG_PERIOD_S = 5.0
 DEPTH = 1000  # keep-last depth of each subscription (a burst the executor has not taken yet)
+MAX_PERIOD_S = 1e9  # durations and periods: a ROS timer takes at most 2**63 ns (292 years)
 
 PARAMETERS: dict[str, tuple] = {
     "topics": ([], "topics to record (absolute, or relative to the node's namespace)"),
@@ -59,10 +61,15 @@ def message_class(msgtype: str) -> type:
     if kind != "msg" or not package or not name:
         raise BagError(f"not a message type: {msgtype!r} (expected package/msg/Name)")
     try:
-        return getattr(importlib.import_module(f"{package}.msg"), name)
-    except (ImportError, AttributeError):
-        raise BagError(f"message type {msgtype} is not installed for rclpy (its package "
-                       f"{package} is missing: pip install ros-{package.replace('_', '-')})") from None
+        module = importlib.import_module(f"{package}.msg")
+    except ImportError:
+        raise BagError(f"message type {msgtype} is not installed for rclpy (its package {package} is "
+                       f"missing: pip install ros-{package.replace('_', '-')})") from None
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise BagError(f"message type {msgtype}: the installed package {package} has no message "
+                       f"{name}") from None
 
 
 def _all(infos: list[Any], attribute: str, value: Any) -> bool:
@@ -86,8 +93,9 @@ class TopicRecorder(FinishableNode):
         if p["storage"] not in STORAGES:
             raise ParameterError(f"parameter 'storage' must be one of {STORAGES}, got {p['storage']!r}")
         for name in ("duration_s", "discovery_timeout_s", "progress_period_s", "flush_period_s"):
-            if not (math.isfinite(p[name]) and p[name] >= 0):
-                raise ParameterError(f"parameter '{name}' must be finite and >= 0, got {p[name]}")
+            if not (math.isfinite(p[name]) and 0 <= p[name] <= MAX_PERIOD_S):
+                raise ParameterError(f"parameter '{name}' must be between 0 and {MAX_PERIOD_S:g} s, "
+                                     f"got {p[name]}")
         if p["max_messages"] < 0:
             raise ParameterError(f"parameter 'max_messages' must be >= 0, got {p['max_messages']}")
         self.duration_s, self.max_messages = p["duration_s"], p["max_messages"]
@@ -97,17 +105,22 @@ class TopicRecorder(FinishableNode):
         if self.output.exists():
             raise ParameterError(f"parameter 'output': {self.output} already exists; refusing to "
                                  "overwrite a bag")
+        # the folders this recorder makes above the bag, removed again if it records nothing
+        self._made = [d for d in (self.output.parent, *self.output.parent.parents) if not d.exists()]
         try:
             self.output.parent.mkdir(parents=True, exist_ok=True)
             self.bag = StreamBagWriter(self.output, p["storage"], {"source": "opolo_ros topic_recorder"})
         except (OSError, BagError) as err:
+            self._remove_made_folders()
             raise ParameterError(f"parameter 'output': {err}") from None
         self.error: str | None = None  # why the recording ended short (status 1)
+        self.storage_failed = False  # a write or flush failed (disk full): salvage what is on disk
         self.messages = 0
         self._started = time.monotonic()
         self._wall0_ns, self._mono0_ns = time.time_ns(), time.monotonic_ns()
         self._first_subscription: float | None = None
         self._recorded: dict[str, Any] = {}
+        self._skipped: dict[str, str] = {}  # topics that cannot be recorded, and why
         self._last_waiting_log = self._started
         self._discovery = self.create_timer(DISCOVERY_PERIOD_S, self._discover)
         if p["progress_period_s"] > 0:
@@ -123,20 +136,24 @@ class TopicRecorder(FinishableNode):
             return
         graph = dict(self.get_topic_names_and_types())
         for topic in self.topics:
-            if topic in self._recorded or topic not in graph:
+            if topic in self._recorded or topic in self._skipped or topic not in graph:
                 continue
             infos = self.get_publishers_info_by_topic(topic)
             if not infos:
                 continue  # only subscribers so far: no type to record from
-            types = sorted(set(graph[topic]))
+            types = sorted({info.topic_type for info in infos})  # a subscriber's type is not recorded
             try:
                 if len(types) != 1:
-                    raise BagError(f"topic {topic} has several types {types}; a bag topic has one")
+                    raise BagError(f"topic {topic} has publishers of several types {types}; a bag topic "
+                                   "has one")
                 self._subscribe(topic, types[0], infos)
-            except BagError as err:
-                self._fail(str(err))
-                return
-        waiting = [t for t in self.topics if t not in self._recorded]
+            except BagError as err:  # that topic is not recorded; the others go on (as ros2 bag)
+                self._skipped[topic] = str(err)
+                self.get_logger().error(f"{err}: not recording {topic}")
+        if self._skipped and len(self._skipped) == len(self.topics):
+            self._fail("; ".join(self._skipped.values()))
+            return
+        waiting = [t for t in self.topics if t not in self._recorded and t not in self._skipped]
         if not waiting:
             self._discovery.cancel()
             return
@@ -150,7 +167,10 @@ class TopicRecorder(FinishableNode):
 
     def _subscribe(self, topic: str, msgtype: str, infos: list[Any]) -> None:
         cls = message_class(msgtype)
-        self.bag.add_topic(topic, msgtype)
+        self.bag.add_topic(topic, msgtype, [offered_qos(
+            info.qos_profile.reliability == ReliabilityPolicy.RELIABLE,
+            info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL, info.qos_profile.depth,
+            info.qos_profile.history == HistoryPolicy.KEEP_ALL) for info in infos])
         reliable = _all(infos, "reliability", ReliabilityPolicy.RELIABLE)
         latched = _all(infos, "durability", DurabilityPolicy.TRANSIENT_LOCAL)
         reliability = ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT
@@ -178,7 +198,7 @@ class TopicRecorder(FinishableNode):
         try:
             self.bag.write(topic, stamp, data)
         except (OSError, sqlite3.Error) as err:  # disk full, storage removed: keep what was written
-            self._fail(f"cannot write {self.output}: {' '.join(str(err).split())}")
+            self._broken(err)
             return
         self.messages += 1
         if self.max_messages and self.messages >= self.max_messages:
@@ -191,20 +211,32 @@ class TopicRecorder(FinishableNode):
         try:
             self.bag.flush()
         except (OSError, sqlite3.Error) as err:  # disk full, I/O error
-            self._fail(f"cannot write {self.output}: {' '.join(str(err).split())}")
+            self._broken(err)
 
     def _duration_reached(self) -> None:
         if not self.finished.is_set():
             self.get_logger().info(f"duration_s ({self.duration_s:g} s) reached")
             self.finished.set()
 
+    def _broken(self, err: BaseException) -> None:
+        self.storage_failed = True
+        self._fail(f"cannot write {self.output}: {' '.join(str(err).split())}")
+
+    def _remove_made_folders(self) -> None:
+        for folder in self._made:  # deepest first; only if empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
     def _fail(self, why: str) -> None:
         self.error = why
         self.get_logger().error(why)
         self.finished.set()
 
-    def counts(self) -> str:
-        return ", ".join(f"{t}: {n}" for t, n in self.bag.counts.items()) or "no topic yet"
+    def counts(self, counts: dict[str, int] | None = None) -> str:
+        counts = self.bag.counts if counts is None else counts
+        return ", ".join(f"{t}: {n}" for t, n in counts.items()) or "no topic yet"
 
     def _report(self) -> None:
         if not self.finished.is_set():
@@ -214,12 +246,24 @@ class TopicRecorder(FinishableNode):
         if self.bag.closed:
             return
         self.finished.set()
+        with hold_signals():  # a second Ctrl-C must not break off the bag's index and metadata
+            self._close_bag()
+
+    def _close_bag(self) -> None:
         if not self.bag.counts:  # no topic was ever seen: a bag without connections helps no one
             self.bag.abort()
+            self._remove_made_folders()
             self.get_logger().warning(f"nothing recorded; {self.output} not written")
-            return
-        self.bag.close()
-        self.get_logger().info(f"wrote {self.output}: {self.messages} messages ({self.counts()})")
+        elif self.storage_failed:
+            self.bag.salvage()
+            kept = sum(self.bag.committed.values())
+            where = (f"{kept} messages ({self.counts(self.bag.committed)}) kept in "
+                     f"{self.output / (self.output.name + '.db3')}, without metadata.yaml"
+                     if self.bag.storage == "sqlite3" else "nothing readable (MCAP is written at the end)")
+            self.get_logger().error(f"the storage failed: {where}")
+        else:
+            self.bag.close()
+            self.get_logger().info(f"wrote {self.output}: {self.messages} messages ({self.counts()})")
 
 
 def main(args: list[str] | None = None) -> int:
