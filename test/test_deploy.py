@@ -140,19 +140,27 @@ def realtime_specs(time_scale: float) -> list[NodeSpec]:
 
 def wait_for_actor_process(domain_id: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
     """Until the actor in `proc` subscribes to the joint states and publishes commands (a probe node
-    on the domain counts them), so the real-time pendulum does not start without its controller."""
+    on the domain counts them), so the real-time pendulum does not start without its controller;
+    then a second of joint states warms its control path."""
     import rclpy
+    from sensor_msgs.msg import JointState
 
     from opolo_ros.ros import runtime
 
     context = runtime.init_context(domain_id, args=[])
     node = rclpy.create_node("deploy_probe", context=context)
     try:
+        publisher = node.create_publisher(JointState, "/joint_states", 10)
         deadline = time.monotonic() + timeout_s
-        while not (node.count_subscribers("/joint_states") and node.count_publishers(COMMANDS)):
+        while not (publisher.get_subscription_count() and node.count_publishers(COMMANDS)):
             assert proc.poll() is None, f"the actor exited with status {proc.returncode}"
             assert time.monotonic() < deadline, "the deploy actor did not come up"
             time.sleep(0.05)
+        # Warm the actor's control path (its first inferences and callbacks are the slowest: a
+        # loaded full run once missed 3 deadlines in the first 4 s, and the pendulum fell).
+        for _ in range(25):
+            publisher.publish(JointState(name=["slider", "hinge"], position=[0.0, 0.0], velocity=[0.0, 0.0]))
+            time.sleep(0.04)
     finally:
         runtime.shutdown(context, [node])
 
