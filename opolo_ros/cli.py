@@ -395,7 +395,10 @@ def run(args: argparse.Namespace) -> int:
     previous = {} if own_handling else {sig: signal.signal(sig, signals.raise_interrupt)
                                         for sig in signals.STOP_SIGNALS}
     try:
-        return func(args)
+        status = func(args)
+        # An interrupt swallowed inside a native import, whose reminder came only once the command
+        # had ended: the command still ends as interrupted.
+        return _interrupted(args, "") if signals.interrupted() else status
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         _drop_stdout()
         return 0
@@ -411,13 +414,16 @@ def run(args: argparse.Namespace) -> int:
             return _interrupted(args, "")
         raise
     finally:
+        signals.interrupt_handled()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
 def _interrupted(args: argparse.Namespace, why: str) -> int:
-    print(f"opolo-ros {args.command}: interrupted: {why or 'what was written before is kept'}",
-          file=sys.stderr)
+    if not why:
+        name = signals.interrupt_signal()
+        why = (f"stopped by {name}; " if name else "") + "what was written before is kept"
+    print(f"opolo-ros {args.command}: interrupted: {why}", file=sys.stderr)
     return 130
 
 

@@ -10,20 +10,39 @@ from contextlib import contextmanager
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REMIND_EVERY_S = 0.3  # how soon an interrupt that vanished inside a native import is delivered again
 _early_stop = threading.Event()
 _interrupted = threading.Event()
-_starting_previous: dict[int, object] = {}
+_handled = threading.Event()
+_signal_name: list[str] = []  # the signal of the interrupt (for the command's message)
 
 
 def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     """A command's handler for SIGINT and SIGTERM: KeyboardInterrupt, remembered (:func:`interrupted`).
 
-    Remembered because a KeyboardInterrupt raised while a native extension initialises (``import
-    mujoco``, ``import torch``) comes out as another exception (``ImportError: initialization
-    failed``): the command must still end as interrupted, not as an error or, where that error is
-    expected, carry on as if nothing happened."""
+    A KeyboardInterrupt raised while a native extension initialises (``import mujoco``, ``import
+    torch``) comes out as another exception (``ImportError: initialization failed``), or not at all
+    (the import swallows it and the command runs on): so it is remembered, and until the command
+    has handled it (:func:`interrupt_handled`) the signal is delivered again every
+    :data:`REMIND_EVERY_S`, to this handler or to the one installed since (the training loop's
+    graceful stop)."""
+    first = not _interrupted.is_set()
     _interrupted.set()
-    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}; what was written before is kept")
+    _signal_name[:] = [signal.Signals(signum).name]
+    if first:
+        _handled.clear()
+        threading.Thread(target=_remind, args=(signum,), name="interrupt-reminder", daemon=True).start()
+    raise KeyboardInterrupt(f"stopped by {_signal_name[0]}; what was written before is kept")
+
+
+def _remind(signum: int) -> None:
+    while not _handled.wait(REMIND_EVERY_S):
+        handler = signal.getsignal(signum)
+        if handler in (signal.SIG_IGN, signal.SIG_DFL, None):
+            return  # nobody to tell (the command's handling is over)
+        os.kill(os.getpid(), signum)
+        if handler is not raise_interrupt:
+            return  # another handler took over (a graceful stop): told once
 
 
 def interrupted() -> bool:
@@ -31,33 +50,20 @@ def interrupted() -> bool:
     return _interrupted.is_set()
 
 
+def interrupt_signal() -> str:
+    """The name of the signal that interrupted (``""`` when none did)."""
+    return _signal_name[0] if _signal_name and _interrupted.is_set() else ""
+
+
+def interrupt_handled() -> None:
+    """The command has dealt with the interrupt: stop delivering it again."""
+    _handled.set()
+
+
 def clear_interrupted() -> None:
     """Forget an earlier interrupt (a new command in the same process: tests, a library caller)."""
+    _handled.set()
     _interrupted.clear()
-
-
-def exit_on_signals_while_starting(program: str, status: int = 0) -> None:
-    """Until :func:`end_starting`: SIGINT or SIGTERM ends the process at once with `status` and one
-    line on stderr. For a node program while it imports its modules (seconds with torch and MuJoCo
-    on a busy machine), when nothing is written yet: SIGTERM would kill it without a word (status
-    143) and SIGINT print a traceback from inside ``import torch``. Main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        os.write(2, f"{program}: stopped by {signal.Signals(signum).name} while starting\n".encode())
-        os._exit(status)
-
-    for sig in STOP_SIGNALS:
-        previous = signal.signal(sig, handler)
-        _starting_previous.setdefault(sig, previous)
-
-
-def end_starting() -> None:
-    """The handlers from before :func:`exit_on_signals_while_starting` again (no-op without it)."""
-    for sig, previous in _starting_previous.items():
-        signal.signal(sig, previous)  # type: ignore[arg-type]
-    _starting_previous.clear()
 
 
 def catch_ignored_sigint() -> None:
@@ -67,6 +73,23 @@ def catch_ignored_sigint() -> None:
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, lambda _signum, _frame: _early_stop.set())
+
+
+def exit_on_signals_while_starting(program: str, status: int = 0) -> None:
+    """SIGINT or SIGTERM ends the process at once with `status` and one line on stderr, until a
+    handler of the program's own replaces these (``run_node``'s). For a node program while it
+    imports its modules (seconds with torch and MuJoCo on a busy machine), when nothing is written
+    yet: SIGTERM would kill it without a word (status 143) and SIGINT print a traceback from inside
+    ``import torch``. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        os.write(2, f"{program}: stopped by {signal.Signals(signum).name} while starting\n".encode())
+        os._exit(status)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handler)
 
 
 @contextmanager

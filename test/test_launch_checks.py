@@ -305,25 +305,20 @@ def test_an_mjcf_run_gets_a_run_folder_named_after_its_file(tmp_path):
         assert next(s for s in specs if s.name == "learner").parameters["run_dir"] == run_dir, argv
 
 
-def test_a_plain_param_argument_that_the_nodes_own_file_section_overrides_is_warned_of(tmp_path, capsys):
-    """ROS gives a node's own section of --params-file precedence over a plain `-p key:=value`: the
-    walkthrough's `learner --ros-args --params-file task.yaml -p run_dir:=...` trained in the file's
-    run_dir without a word. Now a warning names the fix; `-p learner:key:=` and keys the file sets
-    only in `/**` pass without one."""
-    from opolo_ros.nodes.common import check_params_files
+def test_param_arguments_are_checked_within_the_ros_arguments(tmp_path):
+    """`-p` keys the node does not declare are refused (rcl ignored them); only the ROS arguments are
+    read (after `--ros-args`, up to `--`, as rcl parses them: a review found `-- -p x:=1` refused)."""
+    from opolo_ros.nodes.common import check_params_files, ros_arguments
 
-    params = tmp_path / "task.yaml"
-    params.write_text("/**:\n  ros__parameters: {seed: 3}\nlearner:\n  ros__parameters: {run_dir: runs/a}\n")
-    check_params_files(["learner", "--ros-args", "--params-file", str(params), "-p", "run_dir:=runs/b",
-                        "-p", "learner:total_steps:=10", "-p", "seed:=4"], "learner")
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"learner: warning: -p run_dir:=runs/b does not apply: the 'learner' section of {params} "
-                   "sets run_dir, and ROS gives a node's own section precedence; use -p "
-                   "learner:run_dir:=runs/b"]
-    check_params_files(["learner", "--ros-args", "--params-file", str(params), "-p",
-                        "learner:run_dir:=runs/b"], "learner")
-    assert capsys.readouterr().err == ""
+    assert ros_arguments(["learner", "-p", "a:=1", "--ros-args", "-p", "b:=2", "--", "-p", "c:=3",
+                          "--ros-args", "-r", "x:=y"]) == ["-p", "b:=2", "-r", "x:=y"]
     with pytest.raises(ValueError, match="unknown key 'total_step', not a parameter of the learner node; "
                                          "did you mean 'total_steps'"):
         check_params_files(["learner", "--ros-args", "-p", "total_step:=10"], "learner")
-    check_params_files(["learner", "--ros-args", "-p", "other_node:whatever:=1"], "learner")  # not ours
+    with pytest.raises(ValueError, match="-p learner:sed:=3: unknown key 'sed'"):
+        check_params_files(["learner", "--ros-args", "-p", "learner:sed:=3"], "learner")
+    for fine in (["learner", "--ros-args", "-p", "total_steps:=10", "--", "-p", "whatever:=1"],
+                 ["learner", "-p", "whatever:=1"],  # not a ROS argument: the program's own
+                 ["learner", "--ros-args", "-p", "other_node:whatever:=1"],  # another node's
+                 ["learner", "--ros-args", "-r", "__ns:=/robot", "-p", "learner:whatever:=1"]):  # rcl's
+        check_params_files(fine, "learner")

@@ -40,7 +40,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
 from opolo_ros.errors import one_line
-from opolo_ros.signals import end_starting, hold_signals, stop_on_signals
+from opolo_ros.signals import hold_signals, stop_on_signals
 
 ParamValue = bool | int | float | str | list
 
@@ -172,15 +172,32 @@ def default_node_name(factory: NodeFactory) -> str:
     return default if isinstance(default, str) else getattr(factory, "__name__", "node")
 
 
+def ros_arguments(argv: list[str]) -> list[str]:
+    """The ROS arguments of a command line: those after each ``--ros-args`` up to a ``--`` (what
+    rcl parses; anything else is the program's own)."""
+    out: list[str] = []
+    inside = False
+    for arg in argv:
+        if arg == "--ros-args":
+            inside = True
+        elif arg == "--" and inside:
+            inside = False
+        elif inside:
+            out.append(arg)
+    return out
+
+
 def check_params_files(args: list[str], executable: str) -> None:
     """Read each ``--params-file`` of the ROS arguments: a one-line error for a missing or malformed
     file, instead of rcl's multi-line parser report, and for a key no node of the package declares
     in the sections the node reads (rcl ignores it: a typo would change the run silently). Not
     per node as `opolo-ros launch` checks: the files a launch composes (``launch_params.yaml``)
     give every node the shared parameters too. The node name and namespace are those of
-    ``-r __node:=`` and ``-r __ns:=`` when given."""
+    ``-r __node:=`` and ``-r __ns:=`` when given. Then the ``-p`` arguments
+    (:func:`check_param_arguments`)."""
     from opolo_ros.launch_runner import node_parameters
 
+    args = ros_arguments(args)
     name, namespace = executable, ""
     for flag, value in zip(args, args[1:]):
         if flag in ("-r", "--remap"):
@@ -192,20 +209,19 @@ def check_params_files(args: list[str], executable: str) -> None:
                 name = target
             elif key == "__ns":
                 namespace = target
-    files = [value for flag, value in zip(args, args[1:]) if flag == "--params-file"]
-    for path in files:
-        node_parameters(path, name, namespace, executable, package_wide=True)
-    check_param_arguments(args, executable, name, namespace, files)
+    for flag, value in zip(args, args[1:]):
+        if flag == "--params-file":
+            node_parameters(value, name, namespace, executable, package_wide=True)
+    check_param_arguments(args, executable, name, namespace)
 
 
-def check_param_arguments(args: list[str], executable: str, name: str, namespace: str,
-                          files: list[str]) -> None:
-    """``-p key:=value`` of the ROS arguments: a key the node does not declare is an error (rcl
-    ignores it: ``-p max_ahed:=5`` ran with the default, a walkthrough), and a key the node's own
-    section of a ``--params-file`` also sets gets a warning: ROS gives that section precedence over
-    a plain ``-p`` (``-p <node>:key:=value`` overrides it)."""
-    from opolo_ros.algo.config import check_parameter_names, flatten
-    from opolo_ros.launch_runner import NODE_CLASSES, declared_parameters, own_sections, read_params_file
+def check_param_arguments(args: list[str], executable: str, name: str, namespace: str) -> None:
+    """``-p key:=value`` of the ROS arguments `args`: a key the node does not declare is an error
+    (rcl ignores it: ``-p max_ahed:=5`` ran with the default, a walkthrough). ``-p <node>:key:=``
+    is checked when it names this node outside a namespace; rcl matches it otherwise by rules of
+    its own (it is left to rcl)."""
+    from opolo_ros.algo.config import check_parameter_names
+    from opolo_ros.launch_runner import NODE_CLASSES, declared_parameters
 
     if executable not in NODE_CLASSES:
         return
@@ -214,18 +230,10 @@ def check_param_arguments(args: list[str], executable: str, name: str, namespace
             continue
         key = value.partition(":=")[0]
         node, _, key = key.rpartition(":")  # `<node>:key:=` sets that node's parameter only
-        if node and node not in (name, "*", "/**"):
+        if node and (node != name or namespace.strip("/")):
             continue
         check_parameter_names([key], declared_parameters(executable), f"{flag} {value}",
                               f"the {executable} node")
-        if node:
-            continue
-        for path in files:
-            sections = read_params_file(path)
-            if any(key in flatten(sections.get(section) or {}) for section in own_sections(name, namespace)):
-                print(f"{executable}: warning: {flag} {value} does not apply: the '{name}' section of "
-                      f"{path} sets {key}, and ROS gives a node's own section precedence; use "
-                      f"{flag} {name}:{value}", file=sys.stderr)
 
 
 def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
@@ -243,7 +251,6 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     argv = sys.argv if args is None else args
-    end_starting()  # from here a signal stops the node (stop_on_signals), not the process at once
     stop = threading.Event()
     node: FinishableNode | None = None
     executor = None
