@@ -584,8 +584,8 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
               f"{evaluations}parameters: config.yaml, launch_params.yaml)")
         return 0
     for node in result.nodes.values():
-        bag = getattr(node, "bag", None)
-        if bag is not None:
-            print(f"demonstrations: {len(node.episodes)} episodes in {bag}")
+        bag, episodes = getattr(node, "bag", None), getattr(node, "episodes", None)
+        if bag is not None and isinstance(episodes, list):  # a demo_recorder (a topic_recorder's
+            print(f"demonstrations: {len(episodes)} episodes in {bag}")  # bag logs its own counts)
     print(f"opolo-ros launch: {name} finished after {result.elapsed_s:.0f} s", file=sys.stderr)
     return 0

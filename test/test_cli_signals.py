@@ -146,6 +146,10 @@ def test_node_programs_are_recognised_by_their_command_line() -> None:
     assert node_program([py, "/venv/bin/opolo-ros", "launch", "sim_train"]) is None
     assert node_program([py, "/venv/bin/pytest", "-q"]) is None
     assert node_program([py]) is None
+    assert node_program([py, "-X", "dev", "-W", "error", "-m", "opolo_ros.nodes.actor"]) == "actor"
+    assert node_program([py, "/src/opolo_ros/nodes/learner.py", "--ros-args"]) == "learner"
+    assert node_program([py, "-c", "import opolo_ros.nodes.learner"]) is None
+    assert node_program([py, "/somewhere/learner.py"]) is None  # not the package's node module
 
 
 def test_an_interrupt_swallowed_by_a_native_import_is_delivered_again() -> None:

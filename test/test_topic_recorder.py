@@ -316,3 +316,41 @@ def test_a_failed_write_keeps_the_flushed_messages_and_reports_those(ros_domain_
     assert not (tmp_path / "b" / "metadata.yaml").exists()  # its counts would say 5
     (episode,) = read_demonstrations(tmp_path / "b" / "b.db3", episode_gap_s=None)
     np.testing.assert_array_equal(episode.obs[:, 0], [0.0, 1.0, 2.0])
+
+
+def test_a_bag_that_fails_to_close_is_one_line_and_status_1(ros_domain_id, tmp_path):
+    """The MCAP index hit the file size limit at close: a traceback from run_node's clean-up, the
+    executor and rclpy left up (a review). Now the node's error, salvaged, and status 1."""
+    from opolo_ros.launch_runner import GraphRunner, NodeSpec
+
+    spec = NodeSpec("topic_recorder", "topic_recorder",
+                    parameters={"topics": ["/x"], "output": str(tmp_path / "b"), "storage": "mcap"})
+    with GraphRunner([spec], ros_domain_id) as graph:
+        node = graph.nodes["topic_recorder"]
+        node.bag.add_topic("/x", "std_msgs/msg/Float64MultiArray")
+
+        def too_large() -> None:
+            raise OSError(27, "File too large")
+
+        node.bag._writer.close = too_large
+        node.close()
+        assert node.error == f"cannot write {tmp_path / 'b'}: [Errno 27] File too large"
+        assert node.bag.closed
+
+
+def test_a_launch_with_a_topic_recorder_reports_without_a_traceback(ros_domain_id, tmp_path):
+    """`opolo-ros launch` took any node with a `bag` for a demo_recorder: AttributeError 'episodes'
+    after the bag was written (a review)."""
+    launch = tmp_path / "rec.launch.py"
+    launch.write_text(
+        "from opolo_ros.launch_runner import NodeSpec, launch_description\n"
+        "ARGUMENTS = []\n"
+        "def describe(args):\n"
+        f"    return [NodeSpec('topic_recorder', 'topic_recorder', exit_ends_launch=True, parameters={{\n"
+        f"        'topics': ['/rosout'], 'max_messages': 1, 'output': {str(tmp_path / 'b')!r}}})]\n"
+        "def generate_launch_description():\n"
+        "    return launch_description(ARGUMENTS, describe)\n")
+    result = subprocess.run([OPOLO_ROS, "launch", str(launch)], cwd=tmp_path, env=dict(os.environ),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "wrote" in result.stderr and (tmp_path / "b" / "metadata.yaml").is_file(), result.stderr

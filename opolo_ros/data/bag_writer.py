@@ -106,7 +106,8 @@ class StreamBagWriter:
         return True
 
     def close(self) -> None:
-        """Write the index and ``metadata.yaml``; safe to call twice."""
+        """Write the index and ``metadata.yaml``; safe to call twice. When it fails (OSError,
+        sqlite3.Error) the bag stays open for :meth:`salvage`."""
         if not self.closed:
             self._writer.close()
             self.closed = True

@@ -20,13 +20,19 @@ NODE_PROGRAMS = ("sim_bridge", "actor", "learner", "demo_recorder", "demo_player
 def node_program(argv: list[str]) -> str | None:
     """The node program that `argv` (``sys.orig_argv``: the interpreter's own command line) runs:
     its console script or ``-m opolo_ros.nodes.<name>``; None for anything else."""
-    for i, arg in enumerate(argv[1:], start=1):
-        if arg == "-m":
-            module = argv[i + 1] if i + 1 < len(argv) else ""
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("-X", "-W"):  # the interpreter's options that take a value
+            next(args, None)
+        elif arg == "-m":
+            module = next(args, "")
             name = module.rpartition(".")[2]
             return name if module == f"opolo_ros.nodes.{name}" and name in NODE_PROGRAMS else None
-        if not arg.startswith("-"):
-            name = Path(arg).name
+        elif arg == "-c" or arg == "-":
+            return None
+        elif not arg.startswith("-"):  # a script: a console script or a node module's file
+            path = Path(arg)
+            name = path.stem if path.suffix == ".py" and path.parent.name == "nodes" else path.name
             return name if name in NODE_PROGRAMS else None
     return None
 

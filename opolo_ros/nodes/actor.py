@@ -521,9 +521,11 @@ class Actor(FinishableNode):
         self.rejected_observations += 1
         if self.rejected_pub is not None:
             self.rejected_pub.publish(Int64(data=self.rejected_observations))
-        current = self.current
+        current, expected = self.current, self._expected_obs_dim()
+        one_short = expected is not None and f" is {expected - 1}, this node expects {expected}" in str(err)
         hint = (" (the policy takes the time feature as its last input: time_feature_clock?)"
-                if current is not None and current.metadata.time_feature and not self._extra else "")
+                if self.mode == "deploy" and one_short and current is not None
+                and current.metadata.time_feature and not self._extra else "")
         self.get_logger().warning(f"observation dropped ({self.rejected_observations} so far): {err}{hint}",
                                   throttle_duration_sec=LOG_THROTTLE_S)
 

@@ -264,10 +264,6 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
             executor = make_executor(rclpy.get_default_context(), getattr(node, "executor_kind", "events"))
             executor.add_node(node)
             spin_until_stopped(executor, node, stop)
-            failed = getattr(node, "error", None)  # the work ended without its result (learner, recorder)
-            if failed is not None:
-                print(f"{default_node_name(factory)}: failed: {one_line(failed)}", file=sys.stderr)
-                status = 1
         except (KeyboardInterrupt, ExternalShutdownException):
             pass
         except (ValueError, FileNotFoundError, rclpy_implementation.RCLError,
@@ -277,6 +273,10 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
         finally:
             if node is not None:
                 node.close()  # a node whose close must not be broken off holds signals itself
+                failed = getattr(node, "error", None)  # the work ended without its result (learner,
+                if failed is not None and status == 0:  # recorder), also in its close (a bag's index)
+                    print(f"{default_node_name(factory)}: failed: {one_line(failed)}", file=sys.stderr)
+                    status = 1
             with hold_signals():  # milliseconds: a second signal here would only leave a traceback
                 if executor is not None:
                     executor.shutdown(timeout_sec=1.0)

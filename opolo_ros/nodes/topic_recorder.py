@@ -171,6 +171,10 @@ class TopicRecorder(FinishableNode):
             info.qos_profile.reliability == ReliabilityPolicy.RELIABLE,
             info.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL, info.qos_profile.depth,
             info.qos_profile.history == HistoryPolicy.KEEP_ALL) for info in infos])
+        try:  # the topic's row on disk now: a write that fails before the first flush rolls back
+            self.bag.flush()  # the whole transaction, and the messages kept would have no topic
+        except (OSError, sqlite3.Error) as err:
+            self._broken(err)
         reliable = _all(infos, "reliability", ReliabilityPolicy.RELIABLE)
         latched = _all(infos, "durability", DurabilityPolicy.TRANSIENT_LOCAL)
         reliability = ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT
@@ -262,7 +266,12 @@ class TopicRecorder(FinishableNode):
                      if self.bag.storage == "sqlite3" else "nothing readable (MCAP is written at the end)")
             self.get_logger().error(f"the storage failed: {where}")
         else:
-            self.bag.close()
+            try:
+                self.bag.close()
+            except (OSError, sqlite3.Error) as err:  # the file size limit, a full disk at the end
+                self._broken(err)
+                self._close_bag()
+                return
             self.get_logger().info(f"wrote {self.output}: {self.messages} messages ({self.counts()})")
 
 
