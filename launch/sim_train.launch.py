@@ -99,21 +99,11 @@ def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
                          "lost while it restarted before the bridge re-sends it")
 
 
-def _same_task(a: str, b: str) -> bool:
-    """Whether two env ids name one task: the same Gymnasium id, or the same MJCF file however
-    its path is written (``./arm.xml``, ``arm.xml``)."""
-    from opolo_ros.sim.tasks import is_mjcf
-
-    if is_mjcf(a) and is_mjcf(b):
-        return Path(a).resolve() == Path(b).resolve()
-    return a == b
-
-
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import RunConfig, flatten, to_dict
     from opolo_ros.nodes.common import default_policy_every
-    from opolo_ros.sim.tasks import is_mjcf
+    from opolo_ros.sim.tasks import is_mjcf, same_task
     from opolo_ros.train.direct import check_demonstrations
 
     ns = args["namespace"]
@@ -124,12 +114,14 @@ def describe(args: dict) -> list:
             overrides[key] = yaml_value(args[key])
     base = run_config(params_file, overrides)  # RunConfig's own default env is DEFAULT_ENV
     env = base.env_id
+    if is_mjcf(env):  # absolute: the run's record names the file, wherever it is resumed from
+        env = overrides["env_id"] = str(Path(env).resolve())
     if not args["run_dir"]:
         run_dir = base.run_dir
         # No task file names one (every robot model shared runs/default-graph), or env:= runs another
         # task than the file's, whose run folder is that task's (a walkthrough's robot went into the
         # pendulum's folder): the task's own folder.
-        other_task = bool(args["env"]) and not _same_task(run_config(params_file).env_id, env)
+        other_task = bool(args["env"]) and not same_task(run_config(params_file).env_id, env)
         if other_task or (is_mjcf(env) and run_dir == RunConfig().run_dir):
             run_dir = f"runs/opolo/{Path(env).stem if is_mjcf(env) else env}"
         overrides["run_dir"] = run_dir.rstrip("/") + "-graph"

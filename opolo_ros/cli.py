@@ -78,6 +78,11 @@ def _check_demos(cfg: RunConfig) -> None:
 
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
     cfg = _config(args, algo=algo)
+    if cfg.env_id.endswith(".xml"):
+        raise ValueError(f"the direct loop trains Gymnasium tasks, not an MJCF file ({cfg.env_id}): it "
+                         "evaluates on the reward, which a robot model has none of; train it through "
+                         "the graph: opolo-ros launch sim_train env:=<file.xml> demos:=<bag> "
+                         "(README, 'Your own robot model')")
     _check_demos(cfg)
     from opolo_ros.train.direct import train_direct
 

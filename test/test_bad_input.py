@@ -96,6 +96,8 @@ CASES = {
                                            "looks like a plain run config"),
     "evaluate on an MJCF file": Case(("evaluate", "{expert_onnx}", "--env-id", "{tmp}/robot.xml"),
                                      "evaluate needs a Gymnasium task id"),
+    "train on an MJCF file": Case(("train", "--env-id", "{tmp}/robot.xml", "--run-dir", "{tmp}/mjcf_run"),
+                                  "the direct loop trains Gymnasium tasks, not an MJCF file"),
     "queue file not text": Case(("queue", "{binary_file}"), "is not a text (UTF-8) file"),
     "bench script bad input": Case(("bench", "reward_parts", "{tmp}/missing.onnx"), "policy file not found"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),

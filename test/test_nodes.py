@@ -8,6 +8,7 @@ as separate processes would be), from the ``ros_node`` fixture.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -363,6 +364,26 @@ def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
     assert "no evaluation: the task has no reward" in run.stdout and "nan" not in run.stdout
     assert "no evaluation (no reward)" in run.stderr
     assert (tmp_path / "run" / "policy.onnx").is_file()
+    # export rebuilt the env with the Gymnasium-only make_env: "Malformed environment ID" (a walkthrough)
+    export = subprocess.run([str(Path(sys.executable).parent / "opolo-ros"), "export",
+                             str(tmp_path / "run" / "checkpoint.pt"), str(tmp_path / "out.onnx")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert export.returncode == 0, export.stderr[-2000:]
+    from opolo_ros.export.onnx_policy import load_policy
+
+    assert load_policy(tmp_path / "out.onnx").metadata.env_id == str(xml)  # absolute, as the run's
+    # The same file written relative to another working folder resumes the run (it was refused as
+    # another task: "is for opolo on /abs/robot.xml, not opolo on robot.xml").
+    demos = ROOT / "models" / "demos" / "InvertedPendulum-v5"
+    resumed = subprocess.run([*launch[:3], "env:=inverted_pendulum.xml", f"demos:={demos}",
+                              f"params_file:={ROOT / 'config' / 'inverted_pendulum.yaml'}",
+                              "total_steps:=1200", f"run_dir:={tmp_path / 'run'}"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming under config values changed since the checkpoint: " in \
+        resumed.stderr + resumed.stdout
+    changes = re.search(r"resuming under config values changed since the checkpoint: (.*)", resumed.stderr)
+    assert changes and "env_id" not in changes.group(1) and "total_steps: 1100 -> 1200" in changes.group(1)
 
 
 def test_demo_player_reads_a_robot_bag_with_the_task_files_bag_keys(tmp_path, ros_domain_id):

@@ -23,6 +23,14 @@ def is_mjcf(env_id: str) -> bool:
     return env_id.lower().endswith(".xml")
 
 
+def same_task(a: str, b: str) -> bool:
+    """Whether two env ids name one task: the same Gymnasium id, or the same MJCF file however its
+    path is written (``./arm.xml``, ``arm.xml``, absolute)."""
+    if is_mjcf(a) and is_mjcf(b):
+        return Path(a).resolve() == Path(b).resolve()
+    return a == b
+
+
 MAX_CTRL = 1e10  # |ctrlrange| beyond this: MuJoCo refuses the command (BADCTRL) and applies 0
 
 

@@ -121,7 +121,9 @@ def _also_changed(changes: list[str], named: tuple[str, ...]) -> str:
 
 
 def check_same_task(saved: dict[str, Any], config: dict[str, Any], path: str | Path, start_over: str) -> None:
-    if saved["env_id"] != config["env_id"] or saved["algo"] != config["algo"]:
+    from opolo_ros.sim.tasks import same_task
+
+    if not same_task(saved["env_id"], config["env_id"]) or saved["algo"] != config["algo"]:
         also = _also_changed(config_changes(saved, config), ("env_id", "algo"))
         raise CheckpointError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
                               f"not {config['algo']} on {config['env_id']}{also}; {start_over}")

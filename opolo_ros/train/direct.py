@@ -188,7 +188,9 @@ class _LearnerOnly:
 def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
     """The policy of a checkpoint as ONNX. Only the networks are rebuilt: no demonstrations, replay
     buffer or environment steps (the environment gives the dimensions and the action bounds)."""
-    env = make_env(cfg.env_id, time_feature=cfg.time_feature)
+    from opolo_ros.sim.tasks import make_task_env
+
+    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)  # a Gymnasium id or an MJCF file
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     scaler = ActionScaler.from_space(env.action_space)
     env.close()
