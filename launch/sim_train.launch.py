@@ -54,7 +54,18 @@ ARGUMENTS = [
                                "empty = the file's sim_bridge value, else 0"),
     LaunchArg("policy_every", "", "transitions between policy exports; empty = the file's learner value, "
                                   "else a multiple of schedule.train_freq near 250"),
+    LaunchArg("demos_topic", "", "the bag's topic to read the demonstrations from; empty = the file's "
+                                 "demos_topic, else the bag's only observation topic"),
+    LaunchArg("demos_joints", "", "JointState demonstrations: comma-separated joint names in the "
+                                  "policy's order; empty = the file's, else (an MJCF robot) its hinge "
+                                  "and slide joints in the model's order, else the bag's first message's"),
+    LaunchArg("demos_fields", "", "JointState demonstrations: comma-separated fields of each joint "
+                                  "(position, velocity, effort); empty = the file's, else "
+                                  "position,velocity"),
 ]
+# demo_player's own names of the run config's demonstration keys (a task file may set either)
+PLAYER_KEYS = {"bag_topic": "demos_topic", "bag_joints": "demos_joints", "bag_fields": "demos_fields",
+               "episode_gap_s": "demos_episode_gap_s", "bag_obs_field": "demos_obs_field"}
 
 
 def _int_or(args: dict, name: str, fallback: object, where: str) -> int:
@@ -112,6 +123,17 @@ def describe(args: dict) -> list:
     for key in ("seed", "total_steps", "run_dir"):
         if args[key] != "":
             overrides[key] = yaml_value(args[key])
+    for key in ("demos_topic", "demos_joints", "demos_fields"):
+        if args[key] != "":
+            overrides[key] = args[key]
+    # A task file's demo_player section may name the bag's topic and joints with its own keys: the
+    # learner's check of the bag below must read it the same way (they were overwritten with the
+    # learner's empty values, and the bag read without them).
+    player_file = node_parameters(params_file, "demo_player", args["namespace"])
+    learner_keys = node_parameters(params_file, "learner", args["namespace"])
+    for player_key, key in PLAYER_KEYS.items():
+        if key not in overrides and key not in learner_keys and player_file.get(player_key) not in (None, ""):
+            overrides[key] = player_file[player_key]
     base = run_config(params_file, overrides)  # RunConfig's own default env is DEFAULT_ENV
     env = base.env_id
     if is_mjcf(env):  # absolute: the run's record names the file, wherever it is resumed from
@@ -132,6 +154,13 @@ def describe(args: dict) -> list:
                          "(README, 'Your own robot model')")
     demos = args["demos"] or learner_file.get("demos") or str(package_path("models", "demos", env))
     overrides["demos"] = resolve_path(demos)
+    if is_mjcf(env) and not (overrides.get("demos_joints") or learner_file.get("demos_joints")):
+        # The robot's observation is its hinge and slide joints in the model's order: a JointState
+        # bag is read in that order by name (the first message's order was taken, and a bag that
+        # listed the joints otherwise trained on scrambled observations without a word).
+        from opolo_ros.sim.tasks import MjcfEnv
+
+        overrides["demos_joints"] = ",".join(MjcfEnv(env).joints[0])
     cfg = run_config(params_file, overrides)
     check_demonstrations(cfg)  # another task's demonstrations: an error now, not a learner waiting forever
     policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")

@@ -622,8 +622,9 @@ def test_run_config_picks_the_topic_joints_and_fields_of_a_robot_bag(tmp_path: P
 
     bag, want = robot_bag(tmp_path / "robot")
     cfg = load_run_config(None, {"demos": str(bag)})
-    with pytest.raises(ValueError, match="several observation topics; choose one with the config key "
-                                         "demos_topic") as exc:
+    with pytest.raises(ValueError, match="several observation topics; choose one with demos_topic "
+                                         r"\(opolo-ros train --set demos_topic=..., opolo-ros launch "
+                                         "sim_train demos_topic:=...") as exc:
         load_episodes(cfg.demos, **cfg.demo_options())
     _one_line(exc)
     cfg = load_run_config(None, {"demos": str(bag), "demos_topic": "/joint_states",

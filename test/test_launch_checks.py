@@ -322,3 +322,44 @@ def test_param_arguments_are_checked_within_the_ros_arguments(tmp_path):
                  ["learner", "--ros-args", "-p", "other_node:whatever:=1"],  # another node's
                  ["learner", "--ros-args", "-r", "__ns:=/robot", "-p", "learner:whatever:=1"]):  # rcl's
         check_params_files(fine, "learner")
+
+
+def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_either_file_section(tmp_path):
+    """There were no launch arguments for them, and a task file's demo_player bag_topic/bag_joints
+    were overwritten with the learner's empty values (a walkthrough); an MJCF robot's JointState bag
+    was read in its first message's joint order, not the model's."""
+    import sys
+
+    import gymnasium
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_bags import JS, SEC, _joint_state, _write_stream, robot_bag
+
+    bag, _ = robot_bag(tmp_path / "robot")
+    keys = {"demos_topic": "/joint_states", "demos_joints": "shoulder,elbow",
+            "demos_fields": "velocity,position"}
+
+    def parameters(argv: list[str]) -> tuple[dict, dict]:
+        specs = {s.name: s.parameters for s in lr.describe_launch("sim_train", argv)[2]}
+        return specs["learner"], specs["demo_player"]
+
+    learner, player = parameters([f"demos:={bag}", f"run_dir:={tmp_path / 'a'}",
+                                  *(f"{k}:={v}" for k, v in keys.items())])
+    assert {k: learner[k] for k in keys} == keys
+    assert (player["bag_topic"], player["bag_joints"], player["bag_fields"]) == tuple(keys.values())
+    params = tmp_path / "task.yaml"
+    params.write_text("/**:\n  ros__parameters: {env_id: InvertedPendulum-v5}\n"
+                      "demo_player:\n  ros__parameters: {bag_topic: /joint_states, "
+                      "bag_joints: 'shoulder,elbow', bag_fields: 'velocity,position'}\n")
+    learner, player = parameters([f"params_file:={params}", f"demos:={bag}", f"run_dir:={tmp_path / 'b'}"])
+    assert {k: learner[k] for k in keys} == keys
+    assert (player["bag_topic"], player["bag_joints"], player["bag_fields"]) == tuple(keys.values())
+    # An MJCF robot (the pendulum's model: joints slider, hinge) and a bag that lists them the other
+    # way round: read in the model's order by name.
+    xml = tmp_path / "arm.xml"
+    xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
+    states = [(SEC + k * SEC // 50, _joint_state(["hinge", "slider"], [0.1 * k, -0.1 * k], [k, -k]))
+              for k in range(5)]
+    arm_bag = _write_stream(tmp_path / "arm_bag", {"/joint_states": (JS, states)})
+    learner, player = parameters([f"env:={xml}", f"demos:={arm_bag}", f"run_dir:={tmp_path / 'c'}"])
+    assert learner["demos_joints"] == player["bag_joints"] == "slider,hinge"

@@ -373,8 +373,9 @@ def _choose_topic(topics: Mapping[str, str], bag: Path) -> str:
         return candidates[0]
     listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
     why = "several observation topics" if candidates else "no demonstration or observation topic"
-    raise BagError(f"{bag}: {why}; choose one with the config key demos_topic (or --set "
-                   f"demos_topic=...; demo_player: bag_topic) (topics: {listing})")
+    raise BagError(f"{bag}: {why}; choose one with demos_topic (opolo-ros train --set demos_topic=..., "
+                   f"opolo-ros launch sim_train demos_topic:=..., or the task file; demo_player's own "
+                   f"parameter: bag_topic) (topics: {listing})")
 
 
 def _flatten(value: Any, what: str) -> np.ndarray:
