@@ -210,7 +210,15 @@ class Actor(FinishableNode):
         if self.stats_file:  # from here on: the pauses the control path can see
             self._gc_monitor = latency.GcMonitor()
         origin = self.current.origin if self.current else f"waiting for {p['policy_topic']}"
-        self.get_logger().info(f"{self.mode} mode; policy: {origin}")
+        if self.current is not None:
+            meta = self.current.metadata
+            origin += f" (trained on {meta.env_id}: obs_dim {meta.obs_dim}, act_dim {meta.act_dim})"
+        kind = (f"sensor_msgs/JointState ({self._spec.describe_size()})" if self._spec is not None
+                else "std_msgs/Float32MultiArray")
+        topic = self.resolve_topic_name(p["observation_topic"])
+        command = self.resolve_topic_name(p["action_topic"])
+        self.get_logger().info(f"{self.mode} mode; policy: {origin}; observations: {kind} on {topic}; "
+                               f"commands: std_msgs/Float64MultiArray on {command}")
 
     def _declare_parameters(self) -> dict[str, Any]:
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
