@@ -87,6 +87,7 @@ POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
 EPISODE_RETURN_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MODES = ("lockstep", "realtime")
 MIN_TIMEOUT_S = 1e-3  # a shorter one makes its timer a busy loop (re-sends every few microseconds)
+WAIT_NOTE_AFTER_S = 5.0  # a bridge still waiting for its replay subscribers says why after this
 TAGS_KEPT = 1000  # realtime: published observations a command can still be matched to
 
 
@@ -375,6 +376,11 @@ class SimBridge(FinishableNode):
         few transitions are the old run's.)"""
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
+            if time.monotonic() - self._created > WAIT_NOTE_AFTER_S:
+                self.get_logger().info(
+                    f"waiting for {self.wait_for_subscribers} subscriber(s) of {pub.topic_name} (a learner) "
+                    "before the first step; a bridge without a learner (deploying, recording a "
+                    "robot's joint states): publish_replay:=false", throttle_duration_sec=self.report_period)
             return False
         if self._learner_seen:
             return True
