@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +23,50 @@ OPOLO_ROS = str(Path(sys.executable).parent / "opolo-ros")
 JOINTS = ["shoulder", "elbow"]
 
 
+FLOATS = "std_msgs/msg/Float64MultiArray"
+
+
+@contextmanager
+def recorder_in_process(tmp_path: Path, domain_id: int, **parameters: object):
+    """A topic_recorder node of this process recording /x (Float64MultiArray) into tmp_path/b."""
+    from opolo_ros.launch_runner import GraphRunner, NodeSpec
+
+    spec = NodeSpec("topic_recorder", "topic_recorder",
+                    parameters={"topics": ["/x"], "output": str(tmp_path / "b"), **parameters})
+    with GraphRunner([spec], domain_id) as graph:
+        node = graph.nodes["topic_recorder"]
+        node.bag.add_topic("/x", FLOATS)
+        yield node
+
+
+def write_floats(node, count: int, flush_after: int | None = None) -> None:
+    """Messages [0.0], [1.0], ... straight into the node's bag (as its subscription would)."""
+    from opolo_ros.data.bags import _typestore
+
+    store = _typestore()
+    layout = store.types["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0)
+    for k in range(count):
+        node.bag.write("/x", 1_000 + k, store.serialize_cdr(
+            store.types[FLOATS](layout=layout, data=np.array([float(k)])), FLOATS))
+        if k == flush_after:
+            node.bag.flush()
+
+
 def start_recorder(tmp_path: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([OPOLO_ROS, "record-topics", *args], cwd=tmp_path, env=dict(os.environ),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@contextmanager
+def recording(tmp_path: Path, *args: str):
+    """`opolo-ros record-topics ARGS` in its own process; killed at the end if still running."""
+    proc = start_recorder(tmp_path, *args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def wait_until(condition, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
@@ -70,8 +112,7 @@ def test_recorded_joint_states_read_back_as_the_published_episodes(ros_node, tmp
         depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
     latched.publish(Float32MultiArray(data=[1.0, 2.0]))  # before the recorder exists
     states = ros_node.create_publisher(type(joint_state(np.zeros(0))), "/joint_states", 1000)
-    proc = start_recorder(tmp_path, "/joint_states", "robot_info", "-o", "bags/arm")
-    try:
+    with recording(tmp_path, "/joint_states", "robot_info", "-o", "bags/arm") as proc:
         wait_until(lambda: ros_node.count_subscribers("/joint_states") >= 1
                    and ros_node.count_subscribers("/robot_info") >= 1, proc)
         rng = np.random.default_rng(0)
@@ -85,10 +126,6 @@ def test_recorded_joint_states_read_back_as_the_published_episodes(ros_node, tmp
         time.sleep(1.0)  # reliable: the last messages are taken before the signal
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=20)[0]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, out
     assert "wrote bags/arm: 52 messages (/joint_states: 51, /robot_info: 1)" in out, out
     assert "/robot_info [std_msgs/msg/Float32MultiArray], reliable, transient local" in out, out
@@ -144,8 +181,7 @@ def test_max_messages_ends_the_recording(ros_node, tmp_path):
     from std_msgs.msg import Float64MultiArray
 
     pub = ros_node.create_publisher(Float64MultiArray, "/obs", qos_profile_sensor_data)  # best effort
-    proc = start_recorder(tmp_path, "/obs", "--max-messages", "5", "-o", "b", "--storage", "sqlite3")
-    try:
+    with recording(tmp_path, "/obs", "--max-messages", "5", "-o", "b", "--storage", "sqlite3") as proc:
         wait_until(lambda: ros_node.count_subscribers("/obs") >= 1, proc)
         for k in range(20):
             if proc.poll() is not None:
@@ -153,10 +189,6 @@ def test_max_messages_ends_the_recording(ros_node, tmp_path):
             pub.publish(Float64MultiArray(data=[float(k), -float(k)]))
             time.sleep(0.05)
         out = proc.communicate(timeout=20)[0]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0 and "max_messages (5) recorded" in out, out
     assert "/obs [std_msgs/msg/Float64MultiArray], best effort" in out, out
     (episode,) = read_demonstrations(tmp_path / "b", episode_gap_s=None)
@@ -169,8 +201,7 @@ def test_a_killed_sqlite3_recording_keeps_what_was_flushed(ros_node, tmp_path):
     from std_msgs.msg import Float64MultiArray
 
     pub = ros_node.create_publisher(Float64MultiArray, "/obs", 100)
-    proc = start_recorder(tmp_path, "/obs", "-o", "b")
-    try:
+    with recording(tmp_path, "/obs", "-o", "b") as proc:
         wait_until(lambda: ros_node.count_subscribers("/obs") >= 1, proc)
         for k in range(20):
             pub.publish(Float64MultiArray(data=[float(k)]))
@@ -178,10 +209,6 @@ def test_a_killed_sqlite3_recording_keeps_what_was_flushed(ros_node, tmp_path):
         time.sleep(2.5)  # two flush periods
         proc.kill()
         proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert not (tmp_path / "b" / "metadata.yaml").exists()
     (storage,) = (tmp_path / "b").glob("*.db3")
     (episode,) = read_demonstrations(storage, episode_gap_s=None)
@@ -204,20 +231,17 @@ def test_a_topic_that_cannot_be_recorded_is_skipped_and_the_others_recorded(ros_
     other = rclpy.create_node("other_types", context=context)
     other.create_publisher(String, "/mixed", 10)
     other.create_subscription(String, "/good", lambda _msg: None, 10)  # another type, a subscriber
-    proc = start_recorder(tmp_path, "/good", "/mixed", "-o", "b")
-    try:
-        wait_until(lambda: ros_node.count_subscribers("/good") >= 2, proc)
-        for k in range(5):
-            good.publish(Float64MultiArray(data=[float(k)]))
-            time.sleep(0.01)
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
-        out = proc.communicate(timeout=20)[0]
-    finally:
-        runtime.shutdown(context, [other])
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    with recording(tmp_path, "/good", "/mixed", "-o", "b") as proc:
+        try:
+            wait_until(lambda: ros_node.count_subscribers("/good") >= 2, proc)
+            for k in range(5):
+                good.publish(Float64MultiArray(data=[float(k)]))
+                time.sleep(0.01)
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGINT)
+            out = proc.communicate(timeout=20)[0]
+        finally:
+            runtime.shutdown(context, [other])
     assert proc.returncode == 0, out
     assert ("topic /mixed has publishers of several types ['std_msgs/msg/Float64MultiArray', "
             "'std_msgs/msg/String']; a bag topic has one: not recording /mixed") in out, out
@@ -232,8 +256,7 @@ def test_a_second_signal_right_after_the_first_still_leaves_a_complete_bag(ros_n
     from std_msgs.msg import Float64MultiArray
 
     pub = ros_node.create_publisher(Float64MultiArray, "/obs", 1000)
-    proc = start_recorder(tmp_path, "/obs", "-o", "b", "--storage", "mcap")
-    try:
+    with recording(tmp_path, "/obs", "-o", "b", "--storage", "mcap") as proc:
         wait_until(lambda: ros_node.count_subscribers("/obs") >= 1, proc)
         for k in range(300):
             pub.publish(Float64MultiArray(data=[float(k)]))
@@ -242,10 +265,6 @@ def test_a_second_signal_right_after_the_first_still_leaves_a_complete_bag(ros_n
         time.sleep(0.005)
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=20)[0]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, out
     assert (tmp_path / "b" / "metadata.yaml").is_file(), out
     (episode,) = read_demonstrations(tmp_path / "b", episode_gap_s=None)
@@ -255,19 +274,8 @@ def test_a_second_signal_right_after_the_first_still_leaves_a_complete_bag(ros_n
 def test_a_signal_while_the_bag_closes_does_not_break_it_off(ros_domain_id, tmp_path):
     """The deterministic form of the test above: a SIGINT (whose handler raises, as a node program's
     second signal does) arrives inside the bag's close; the index and metadata.yaml are written."""
-    from opolo_ros.data.bags import _typestore
-    from opolo_ros.launch_runner import GraphRunner, NodeSpec
-
-    spec = NodeSpec("topic_recorder", "topic_recorder",
-                    parameters={"topics": ["/x"], "output": str(tmp_path / "b"), "storage": "mcap"})
-    store, msgtype = _typestore(), "std_msgs/msg/Float64MultiArray"
-    layout = store.types["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0)
-    with GraphRunner([spec], ros_domain_id) as graph:
-        node = graph.nodes["topic_recorder"]
-        node.bag.add_topic("/x", msgtype)
-        for k in range(3):
-            node.bag.write("/x", 1_000 + k, store.serialize_cdr(
-                store.types[msgtype](layout=layout, data=np.array([float(k)])), msgtype))
+    with recorder_in_process(tmp_path, ros_domain_id, storage="mcap") as node:
+        write_floats(node, 3)
         real_close = node.bag._writer.close
 
         def interrupted_close() -> None:
@@ -288,27 +296,13 @@ def test_a_signal_while_the_bag_closes_does_not_break_it_off(ros_domain_id, tmp_
     np.testing.assert_array_equal(episode.obs[:, 0], [0.0, 1.0, 2.0])
 
 
-
 def test_a_failed_write_keeps_the_flushed_messages_and_reports_those(ros_domain_id, tmp_path):
     """Disk full: the recorder ended with status 1 but then reported (and wrote into metadata.yaml)
     every message it had tried to write, more than the bag held (a probe: 2221 against 1721)."""
     import sqlite3
 
-    from opolo_ros.data.bags import _typestore
-    from opolo_ros.launch_runner import GraphRunner, NodeSpec
-
-    spec = NodeSpec("topic_recorder", "topic_recorder",
-                    parameters={"topics": ["/x"], "output": str(tmp_path / "b")})
-    store, msgtype = _typestore(), "std_msgs/msg/Float64MultiArray"
-    layout = store.types["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0)
-    with GraphRunner([spec], ros_domain_id) as graph:
-        node = graph.nodes["topic_recorder"]
-        node.bag.add_topic("/x", msgtype)
-        for k in range(5):
-            node.bag.write("/x", 1_000 + k, store.serialize_cdr(
-                store.types[msgtype](layout=layout, data=np.array([float(k)])), msgtype))
-            if k == 2:
-                node.bag.flush()
+    with recorder_in_process(tmp_path, ros_domain_id) as node:
+        write_floats(node, 5, flush_after=2)
         node._broken(sqlite3.OperationalError("database or disk is full"))
         node.close()
         assert node.error == f"cannot write {tmp_path / 'b'}: database or disk is full"
@@ -321,14 +315,7 @@ def test_a_failed_write_keeps_the_flushed_messages_and_reports_those(ros_domain_
 def test_a_bag_that_fails_to_close_is_one_line_and_status_1(ros_domain_id, tmp_path):
     """The MCAP index hit the file size limit at close: a traceback from run_node's clean-up, the
     executor and rclpy left up (a review). Now the node's error, salvaged, and status 1."""
-    from opolo_ros.launch_runner import GraphRunner, NodeSpec
-
-    spec = NodeSpec("topic_recorder", "topic_recorder",
-                    parameters={"topics": ["/x"], "output": str(tmp_path / "b"), "storage": "mcap"})
-    with GraphRunner([spec], ros_domain_id) as graph:
-        node = graph.nodes["topic_recorder"]
-        node.bag.add_topic("/x", "std_msgs/msg/Float64MultiArray")
-
+    with recorder_in_process(tmp_path, ros_domain_id, storage="mcap") as node:
         def too_large() -> None:
             raise OSError(27, "File too large")
 
