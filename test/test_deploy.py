@@ -173,6 +173,9 @@ def test_expert_keeps_the_real_time_pendulum_up_for_60_simulated_seconds(ros_dom
     params = tmp_path / "deploy.yaml"
     params.write_text(Path(PARAMS).read_text() + f"    echo_sequence: true\n    stats_file: {stats}\n")
     (bridge_spec, actor_spec) = realtime_specs(TIME_SCALE)
+    # Its first steps only once DDS has matched it with the actor's process (a loaded full run: the
+    # match took over a second, and the pendulum fell uncommanded after 1.0 s)
+    bridge_spec.parameters["wait_for_controller"] = True
     command = [OPOLO_ROS, "launch", "deploy", f"model:={EXPERT}", f"params_file:={params}",
                "observation_topic:=/joint_states", f"action_topic:={COMMANDS}", "rate_hz:=0",
                "observation_timeout_s:=0.5"]

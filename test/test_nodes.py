@@ -715,3 +715,27 @@ def test_bridge_ignores_an_overtaken_progress_message(ros_domain_id):
             bridge._step(np.zeros(1))
         bridge._on_progress(progress(4, 10))  # batch 4 as a new learner's first: its count from there
         assert (bridge.sent, bridge.acked) == (10, 10)
+
+
+def test_a_real_time_bridge_told_to_wait_for_its_controller_steps_only_once_matched(ros_domain_id, ros_node):
+    """wait_for_controller: no uncommanded steps while DDS discovery completes (a deployed actor in
+    another process was matched only after the pendulum had fallen, once in a loaded full run)."""
+    from rclpy.qos import qos_profile_sensor_data
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    from opolo_ros.launch_runner import GraphRunner, NodeSpec
+
+    spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": "InvertedPendulum-v5", "mode": "realtime", "time_scale": 10.0, "publish_replay": False,
+        "wait_for_controller": True, "max_episode_steps": 100_000})
+    controller, _ = ros_node("controller")
+    with GraphRunner([spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        graph.spin_until(lambda: False, timeout_s=1.0)
+        assert bridge.steps == 0 and not bridge.started
+        controller.create_publisher(Float64MultiArray, "action", 10)
+        graph.spin_until(lambda: False, timeout_s=1.0)
+        assert bridge.steps == 0  # a command publisher alone: nobody reads the state yet
+        controller.create_subscription(Float32MultiArray, "observation", lambda _msg: None,
+                                       qos_profile_sensor_data)  # best effort, as the bridge publishes
+        assert graph.spin_until(lambda: bridge.steps > 5, timeout_s=20.0), bridge.steps

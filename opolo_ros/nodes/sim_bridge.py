@@ -113,6 +113,10 @@ PARAMETERS: dict[str, tuple] = {
     "publish_replay": (True, "publish transitions on the replay topic"),
     "replay_batch": (50, "transitions per replay message (flushed earlier before waiting)"),
     "wait_for_subscribers": (1, "start stepping once the replay topic has this many subscribers"),
+    "wait_for_controller": (False, "start stepping once a controller is matched: a publisher on the "
+                                   "action topic and a subscriber of the observation or joint_states "
+                                   "topic (a simulated robot that must not run its first seconds "
+                                   "uncommanded while DDS discovery completes)"),
     "observation_topic": ("observation", "observation topic (std_msgs/Float32MultiArray)"),
     "action_topic": ("action", "action topic (std_msgs/Float64MultiArray, environment units)"),
     "joint_states_topic": ("/joint_states", "sensor_msgs/JointState topic; empty = none"),
@@ -202,8 +206,9 @@ class SimBridge(FinishableNode):
                                                  qos_for("replay"))
                            if p["publish_replay"] else None)
         self.return_pub = self.create_publisher(Float64, p["episode_return_topic"], EPISODE_RETURN_QOS)
-        subscribe(self, Float64MultiArray, p["action_topic"], self._on_action, qos_for("action"),
-                  self._reject_action, "action")
+        self.action_sub = subscribe(self, Float64MultiArray, p["action_topic"], self._on_action,
+                                    qos_for("action"), self._reject_action, "action")
+        self.wait_for_controller = bool(p["wait_for_controller"])
         self.progress_sub = (subscribe(self, Int64MultiArray, p["progress_topic"], self._on_progress,
                                        qos_for("learner_progress"), self._reject_progress,
                                        "learner progress")
@@ -374,6 +379,8 @@ class SimBridge(FinishableNode):
         up to the old count dropped. (Batches of the old bridge still queued in the learner take
         the place of the new bridge's first ones with the same ``seq``: the counts agree, those
         few transitions are the old run's.)"""
+        if self.wait_for_controller and not self._controller_matched():
+            return False
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
             if time.monotonic() - self._created > WAIT_NOTE_AFTER_S:
@@ -388,6 +395,12 @@ class SimBridge(FinishableNode):
             return False
         return not (self.progress_sub is not None and self.progress_sub.get_publisher_count() > 0
                     and time.monotonic() - self._created < self.learner_wait)
+
+    def _controller_matched(self) -> bool:
+        """A publisher on the action topic, and a subscriber of what the bridge publishes."""
+        watched = self.obs_pub.get_subscription_count() + (
+            self.joint_pub.get_subscription_count() if self.joint_pub is not None else 0)
+        return self.action_sub.get_publisher_count() > 0 and watched > 0
 
     def may_step(self) -> bool:
         """Flow control: within `max_ahead` of the learner, and the actor runs the due policy."""
