@@ -681,3 +681,19 @@ def test_a_nan_evaluation_is_no_best_and_a_nan_policy_scores_nan() -> None:
     assert exported == []  # a NaN policy never becomes policy_best.onnx
     # MuJoCo runs a NaN control as 0 and the episode ended at once: scored 1.0 on the pendulum
     assert np.isnan(evaluate(lambda obs: np.array([np.nan]), "InvertedPendulum-v5", 2)).all()
+
+
+def test_mean_return_of_demonstrations_without_returns_is_nan_without_a_warning():
+    """A robot's recorded joint states carry no returns: numpy warned 'Mean of empty slice' with its
+    source line in the middle of the run's output (a walkthrough)."""
+    import warnings
+
+    from opolo_ros.data.demos import Episode
+    from opolo_ros.train.direct import mean_return
+
+    unknown = [Episode(np.zeros((3, 2)), math.nan), Episode(np.zeros((4, 2)), math.nan)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(mean_return(unknown)) and math.isnan(mean_return([]))
+        known = [Episode(np.zeros((3, 2)), 10.0), Episode(np.zeros((3, 2)), 20.0)]
+        assert mean_return([*unknown, *known]) == 15.0

@@ -363,6 +363,7 @@ def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "no evaluation: the task has no reward" in run.stdout and "nan" not in run.stdout
     assert "no evaluation (no reward)" in run.stderr
+    assert "no learning-curve plot" not in run.stderr  # warned of an eval.csv no MJCF run writes
     assert (tmp_path / "run" / "policy.onnx").is_file()
     # export rebuilt the env with the Gymnasium-only make_env: "Malformed environment ID" (a walkthrough)
     export = subprocess.run([str(Path(sys.executable).parent / "opolo-ros"), "export",

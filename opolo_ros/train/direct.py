@@ -185,6 +185,13 @@ class _LearnerOnly:
         self.learner.load_state_dict(state["learner"])
 
 
+def mean_return(episodes: list[Episode] | None) -> float:
+    """The demonstrations' mean return; NaN without episodes or without known returns (a robot's
+    recorded joint states), without numpy's warning for an all-NaN mean."""
+    returns = [ep.ret for ep in episodes or [] if not math.isnan(ep.ret)]
+    return float(np.mean(returns)) if returns else math.nan
+
+
 def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
     """The policy of a checkpoint as ONNX. Only the networks are rebuilt: no demonstrations, replay
     buffer or environment steps (the environment gives the dimensions and the action bounds)."""
@@ -232,7 +239,7 @@ class DirectTrainer:
         self.step = 0
         self.episode_return, self.episode_len, self.episodes_done = 0.0, 0, 0
         self.obs, _ = self.env.reset(seed=cfg.seed)
-        self.expert_return = float(np.nanmean([ep.ret for ep in self.demos])) if self.demos else math.nan
+        self.expert_return = mean_return(self.demos)
         self.random_return = math.nan
         self.wall_offset = 0.0
         self._t0 = time.perf_counter()
