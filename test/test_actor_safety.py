@@ -456,6 +456,21 @@ def test_joint_state_offset_and_scale_shape_the_observation(tmp_path, ros_domain
     np.testing.assert_allclose(spy.inputs[0], [4.0, 0.25, 0.5, 2.0])  # (obs - offset) * scale
 
 
+def test_a_joint_state_reset_marker_is_neither_an_observation_nor_a_rejection(tmp_path, ros_domain_id,
+                                                                              ros_node):
+    """An episode boundary of a recording (sim_bridge reset_markers: no joints, frame_id 'reset')
+    reaching a deploy actor is skipped: not run, not counted as a bad observation."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, joint_state=True,
+                       observation_timeout_s=60.0)
+    with graph:
+        marker = JointState()
+        marker.header.frame_id = "reset"
+        rig.obs_pub.publish(marker)
+        rig.send(joint_state(JOINTS, [0.1, 0.2], [0.3, 0.4]))  # after the marker, in order
+        assert (rig.actor.actions, rig.actor.rejected_observations) == (1, 0)
+
+
 def unbounded_policy(path: Path) -> Path:
     """A policy whose output overflows float32 for large inputs: 1e38 * sum(obs)."""
     import torch

@@ -342,3 +342,24 @@ def test_a_launch_with_a_topic_recorder_reports_without_a_traceback(ros_domain_i
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "wrote" in result.stderr and (tmp_path / "b" / "metadata.yaml").is_file(), result.stderr
+
+
+def test_a_simulated_robots_episodes_are_cut_at_its_reset_markers(ros_domain_id, tmp_path):
+    """A real-time sim_bridge with reset_markers: the recording of its joint states splits into its
+    episodes (without markers the resets ran on into one long 'episode', a walkthrough)."""
+    from opolo_ros.launch_runner import GraphRunner, NodeSpec
+
+    spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": "InvertedPendulum-v5", "mode": "realtime", "time_scale": 10.0, "publish_replay": False,
+        "reset_markers": True, "joint_states_topic": "/joint_states"})
+    with recording(tmp_path, "/joint_states", "-o", "b") as proc, GraphRunner([spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        assert graph.spin_until(lambda: bridge.joint_pub.get_subscription_count() > 0, timeout_s=30.0)
+        first = bridge.episodes + 1  # the episode in progress is recorded from its middle
+        assert graph.spin_until(lambda: bridge.episodes >= first + 4, timeout_s=60.0)  # uncommanded: falls
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=20)[0]
+    assert proc.returncode == 0, out
+    episodes = read_demonstrations(tmp_path / "b", joints=["slider", "hinge"], episode_gap_s=None)
+    assert len(episodes) >= 4, [len(ep.obs) for ep in episodes]
+    assert all(np.abs(ep.obs[1:-1, 1]).max() < 0.2 for ep in episodes)  # no fallen state mid-episode

@@ -517,6 +517,8 @@ class Actor(FinishableNode):
 
     def _on_joint_state(self, msg: JointState) -> None:
         start = perf_counter_ns()
+        if not (len(msg.name) or len(msg.position) or len(msg.velocity) or len(msg.effort)):
+            return  # a reset marker (an episode boundary of a recording: sim_bridge reset_markers)
         try:
             obs = m.joint_state_to_obs(msg, self._spec, self._expected_obs_dim())
         except m.MessageError as err:

@@ -75,6 +75,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, Int64, Int64MultiArray
 
 from opolo_ros.algo.config import SEED_MAX
+from opolo_ros.data.bags import RESET_LABEL
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
@@ -113,6 +114,10 @@ PARAMETERS: dict[str, tuple] = {
     "publish_replay": (True, "publish transitions on the replay topic"),
     "replay_batch": (50, "transitions per replay message (flushed earlier before waiting)"),
     "wait_for_subscribers": (1, "start stepping once the replay topic has this many subscribers"),
+    "reset_markers": (False, "publish a reset marker on the joint_states topic when an episode ends (a "
+                             "JointState with header.frame_id 'reset' and no joints): a recording of "
+                             "the joint states is then cut into episodes there (opolo-ros "
+                             "record-topics; the demonstration reader's marker rule)"),
     "wait_for_controller": (False, "start stepping once a controller is matched: a publisher on the "
                                    "action topic and a subscriber of the observation or joint_states "
                                    "topic (a simulated robot that must not run its first seconds "
@@ -209,6 +214,7 @@ class SimBridge(FinishableNode):
         self.action_sub = subscribe(self, Float64MultiArray, p["action_topic"], self._on_action,
                                     qos_for("action"), self._reject_action, "action")
         self.wait_for_controller = bool(p["wait_for_controller"])
+        self.reset_markers = bool(p["reset_markers"])
         self.progress_sub = (subscribe(self, Int64MultiArray, p["progress_topic"], self._on_progress,
                                        qos_for("learner_progress"), self._reject_progress,
                                        "learner progress")
@@ -500,6 +506,11 @@ class SimBridge(FinishableNode):
                                    f"last {len(recent)} {np.mean(recent):.1f}")
         self.episode_return, self.episode_len = 0.0, 0
         self.obs, _ = self.env.reset()
+        if self.reset_markers and self.joint_pub is not None:
+            marker = JointState()
+            marker.header.frame_id = RESET_LABEL
+            marker.header.stamp = self.get_clock().now().to_msg()
+            self.joint_pub.publish(marker)
 
     def _flush(self) -> None:
         if not self._pending or self.replay_pub is None:
