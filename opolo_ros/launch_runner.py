@@ -569,7 +569,8 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
     if learner is not None and learner.result is not None:
         r, cfg = learner.result, learner.cfg
         print(f"\n{cfg.algo} on {cfg.env_id} through the ROS graph: {r.env_steps} env steps, "
-              f"{learner.trainer.learner.critic_steps} gradient steps in {result.elapsed_s:.0f} s")
+              f"{learner.trainer.learner.critic_steps} gradient steps (the run's, resumed runs "
+              f"included); this launch ran {result.elapsed_s:.0f} s")
         if math.isnan(r.eval_mean):
             print("no evaluation: the task has no reward (an MJCF file), so only the policy is the result")
         else:

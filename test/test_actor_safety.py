@@ -155,6 +155,7 @@ def test_bad_observations_are_dropped_counted_and_never_reach_the_model(tmp_path
         spy = Spy(actor.current.runner)
         actor.current = dataclasses.replace(actor.current, runner=spy)
         bad = BAD_JOINT_STATES if as_joint_state else BAD_ARRAYS
+        assert rig.spin_until(lambda: rig.counts == [0]), rig.counts  # there from the start (it was not)
         rig.send(good_message(GOOD[0], as_joint_state))
         for msg in bad.values():
             rig.send(msg)

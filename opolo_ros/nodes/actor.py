@@ -282,6 +282,8 @@ class Actor(FinishableNode):
         self.version_pub = self.create_publisher(Int64, p["policy_version_topic"], POLICY_VERSION_QOS)
         self.rejected_pub = (self.create_publisher(Int64, p["rejected_topic"], COUNTER_QOS)
                              if p["rejected_topic"] else None)
+        if self.rejected_pub is not None:  # the count is there from the start (transient local)
+            self.rejected_pub.publish(Int64(data=0))
         reliable = p["observation_qos"] == "reliable"
         if self._spec is not None:
             qos = RELIABLE_DEFAULT_QOS if reliable else qos_for("joint_states")
