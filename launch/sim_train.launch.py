@@ -65,7 +65,8 @@ ARGUMENTS = [
 ]
 # demo_player's own names of the run config's demonstration keys (a task file may set either)
 PLAYER_KEYS = {"bag_topic": "demos_topic", "bag_joints": "demos_joints", "bag_fields": "demos_fields",
-               "episode_gap_s": "demos_episode_gap_s", "bag_obs_field": "demos_obs_field"}
+               "episode_gap_s": "demos_episode_gap_s", "bag_obs_field": "demos_obs_field",
+               "num_demos": "num_demos"}
 
 
 def _int_or(args: dict, name: str, fallback: object, where: str) -> int:
@@ -149,10 +150,11 @@ def describe(args: dict) -> list:
         overrides["run_dir"] = run_dir.rstrip("/") + "-graph"
     learner_file = node_parameters(params_file, "learner", ns)
     bridge_file = node_parameters(params_file, "sim_bridge", ns)
-    if is_mjcf(env) and not (args["demos"] or learner_file.get("demos")):
+    if is_mjcf(env) and not (args["demos"] or learner_file.get("demos") or player_file.get("demos")):
         raise ValueError(f"an MJCF task ({env}) needs demonstrations: demos:=<a bag of its states> "
                          "(README, 'Your own robot model')")
-    demos = args["demos"] or learner_file.get("demos") or str(package_path("models", "demos", env))
+    demos = (args["demos"] or learner_file.get("demos") or player_file.get("demos")
+             or str(package_path("models", "demos", env)))
     overrides["demos"] = resolve_path(demos)
     if is_mjcf(env) and not (overrides.get("demos_joints") or learner_file.get("demos_joints")):
         # The robot's observation is its hinge and slide joints in the model's order: a JointState
@@ -161,8 +163,18 @@ def describe(args: dict) -> list:
         from opolo_ros.sim.tasks import MjcfEnv
 
         overrides["demos_joints"] = ",".join(MjcfEnv(env).joints[0])
+        joints_hint = (f" (an MJCF robot's JointState bag is read by the model's joint names, "
+                       f"{overrides['demos_joints']}: a bag whose joints are named otherwise needs "
+                       "demos_joints:=<its names, in the model's order>)")
+    else:
+        joints_hint = ""
     cfg = run_config(params_file, overrides)
-    check_demonstrations(cfg)  # another task's demonstrations: an error now, not a learner waiting forever
+    try:  # another task's demonstrations: an error now, not a learner waiting forever
+        check_demonstrations(cfg)
+    except ValueError as err:
+        if not joints_hint or "missing" not in str(err):
+            raise
+        raise ValueError(f"{err}{joints_hint}") from None
     policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")
                            or default_policy_every(cfg.schedule.train_freq), "parameter learner.policy_every")
     max_ahead = _int_or(args, "max_ahead", bridge_file.get("max_ahead", 0), "parameter sim_bridge.max_ahead")

@@ -119,7 +119,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     time_feature = policy.metadata.time_feature
     check_policy_fits(args.model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id,
                       time_feature)
-    returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature)
+    returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature,
+                       stop=signals.interrupt_event())  # an interrupt a native import swallowed
     print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
     if args.stamp:
         from opolo_ros.export.onnx_policy import stamp_metadata
@@ -401,8 +402,7 @@ def run(args: argparse.Namespace) -> int:
                                         for sig in signals.STOP_SIGNALS}
     try:
         status = func(args)
-        # An interrupt swallowed inside a native import, whose reminder came only once the command
-        # had ended: the command still ends as interrupted.
+        # An interrupt swallowed inside a native import: the command still ends as interrupted.
         return _interrupted(args, "") if signals.interrupted() else status
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         _drop_stdout()
@@ -419,9 +419,9 @@ def run(args: argparse.Namespace) -> int:
             return _interrupted(args, "")
         raise
     finally:
-        signals.interrupt_handled()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signals.clear_interrupted()  # dealt with: a later command or loop of this process starts afresh
 
 
 def _interrupted(args: argparse.Namespace, why: str) -> int:

@@ -10,10 +10,8 @@ from contextlib import contextmanager
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-REMIND_EVERY_S = 0.3  # how soon an interrupt that vanished inside a native import is delivered again
 _early_stop = threading.Event()
 _interrupted = threading.Event()
-_handled = threading.Event()
 _signal_name: list[str] = []  # the signal of the interrupt (for the command's message)
 
 
@@ -22,27 +20,12 @@ def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 
     A KeyboardInterrupt raised while a native extension initialises (``import mujoco``, ``import
     torch``) comes out as another exception (``ImportError: initialization failed``), or not at all
-    (the import swallows it and the command runs on): so it is remembered, and until the command
-    has handled it (:func:`interrupt_handled`) the signal is delivered again every
-    :data:`REMIND_EVERY_S`, to this handler or to the one installed since (the training loop's
-    graceful stop)."""
-    first = not _interrupted.is_set()
+    (the import swallows it): so it is remembered. The command then ends as interrupted when it
+    returns; :func:`stop_on_signals` (the training loop) stops at once on a remembered interrupt,
+    and long loops can poll :func:`interrupt_event` (``evaluate``)."""
     _interrupted.set()
     _signal_name[:] = [signal.Signals(signum).name]
-    if first:
-        _handled.clear()
-        threading.Thread(target=_remind, args=(signum,), name="interrupt-reminder", daemon=True).start()
     raise KeyboardInterrupt(f"stopped by {_signal_name[0]}; what was written before is kept")
-
-
-def _remind(signum: int) -> None:
-    while not _handled.wait(REMIND_EVERY_S):
-        handler = signal.getsignal(signum)
-        if handler in (signal.SIG_IGN, signal.SIG_DFL, None):
-            return  # nobody to tell (the command's handling is over)
-        os.kill(os.getpid(), signum)
-        if handler is not raise_interrupt:
-            return  # another handler took over (a graceful stop): told once
 
 
 def interrupted() -> bool:
@@ -50,19 +33,18 @@ def interrupted() -> bool:
     return _interrupted.is_set()
 
 
+def interrupt_event() -> threading.Event:
+    """Set once :func:`raise_interrupt` has raised: a `stop` for loops that poll one."""
+    return _interrupted
+
+
 def interrupt_signal() -> str:
     """The name of the signal that interrupted (``""`` when none did)."""
     return _signal_name[0] if _signal_name and _interrupted.is_set() else ""
 
 
-def interrupt_handled() -> None:
-    """The command has dealt with the interrupt: stop delivering it again."""
-    _handled.set()
-
-
 def clear_interrupted() -> None:
     """Forget an earlier interrupt (a new command in the same process: tests, a library caller)."""
-    _handled.set()
     _interrupted.clear()
 
 
@@ -123,8 +105,8 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
         stop.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    if _early_stop.is_set():  # a SIGINT that came while the program started (see above)
-        stop.set()
+    if _early_stop.is_set() or _interrupted.is_set():  # a SIGINT that came while the program
+        stop.set()  # started (see above), or an interrupt a native import swallowed (raise_interrupt)
     try:
         yield
     finally:

@@ -363,3 +363,16 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
     arm_bag = _write_stream(tmp_path / "arm_bag", {"/joint_states": (JS, states)})
     learner, player = parameters([f"env:={xml}", f"demos:={arm_bag}", f"run_dir:={tmp_path / 'c'}"])
     assert learner["demos_joints"] == player["bag_joints"] == "slider,hinge"
+    # ... and a bag whose joints are named otherwise says how to map them
+    other = [(SEC + k * SEC // 50, _joint_state(["j1", "j2"], [0.1 * k, 0.0], [k, 0.0])) for k in range(5)]
+    other_bag = _write_stream(tmp_path / "other_bag", {"/joint_states": (JS, other)})
+    with pytest.raises(ValueError, match=r"read by the model's joint names, slider,hinge: a bag whose "
+                                         r"joints are named otherwise needs demos_joints:="):
+        parameters([f"env:={xml}", f"demos:={other_bag}", f"run_dir:={tmp_path / 'd'}"])
+    # demo_player's own demos and num_demos in the task file (they were replaced by the defaults)
+    params.write_text("/**:\n  ros__parameters: {env_id: InvertedPendulum-v5}\n"
+                      f"demo_player:\n  ros__parameters: {{demos: {bag}, num_demos: 1, "
+                      "bag_topic: /joint_states, bag_joints: 'shoulder,elbow'}\n")
+    learner, player = parameters([f"params_file:={params}", f"run_dir:={tmp_path / 'e'}"])
+    assert learner["demos"] == player["demos"] == str(bag)
+    assert learner["num_demos"] == player["num_demos"] == 1

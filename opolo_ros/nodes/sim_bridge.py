@@ -386,6 +386,10 @@ class SimBridge(FinishableNode):
         the place of the new bridge's first ones with the same ``seq``: the counts agree, those
         few transitions are the old run's.)"""
         if self.wait_for_controller and not self._controller_matched():
+            if time.monotonic() - self._created > WAIT_NOTE_AFTER_S:
+                self.get_logger().info("waiting for a controller (wait_for_controller): a publisher on "
+                                       f"{self.action_sub.topic_name} and a subscriber of the state",
+                                       throttle_duration_sec=self.report_period)
             return False
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
