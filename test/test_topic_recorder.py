@@ -357,6 +357,10 @@ def test_a_simulated_robots_episodes_are_cut_at_its_reset_markers(ros_domain_id,
         assert graph.spin_until(lambda: bridge.joint_pub.get_subscription_count() > 0, timeout_s=30.0)
         first = bridge.episodes + 1  # the episode in progress is recorded from its middle
         assert graph.spin_until(lambda: bridge.episodes >= first + 4, timeout_s=60.0)  # uncommanded: falls
+        # the episode in progress gets a few steps (one of a single observation is no episode), then
+        # the bridge stands still (not spun) while the recorder takes the last messages
+        assert graph.spin_until(lambda: bridge.episode_len >= 3, timeout_s=60.0)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=20)[0]
     assert proc.returncode == 0, out
