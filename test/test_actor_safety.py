@@ -258,7 +258,14 @@ def test_time_feature_clock_appends_1_minus_t_over_T_and_restarts_after_the_watc
         actor.current = dataclasses.replace(actor.current, runner=spy)
         for k in range(6):
             rig.send(good_message(GOOD[k % 2], as_joint_state))
-        first = [v for _, v in rig.commands if v != pytest.approx(-0.5)]
+
+        def policy_commands() -> list[float]:
+            return [v for _, v in rig.commands if v != pytest.approx(-0.5)]
+
+        # send() waits for the actor to publish; the sixth command may still be on its way here
+        # (a loaded full run once compared before it arrived)
+        assert rig.spin_until(lambda: len(policy_commands()) >= 6), rig.commands
+        first = policy_commands()
         assert rig.spin_until(lambda: actor.stale, 5.0)  # silence: the watchdog takes over
         rig.send(good_message(GOOD[0], as_joint_state))
         rig.send(good_message(GOOD[1], as_joint_state))
