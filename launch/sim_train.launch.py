@@ -130,10 +130,10 @@ def describe(args: dict) -> list:
     # A task file's demo_player section may name the bag's topic and joints with its own keys: the
     # learner's check of the bag below must read it the same way (they were overwritten with the
     # learner's empty values, and the bag read without them).
-    player_file = node_parameters(params_file, "demo_player", args["namespace"])
-    learner_keys = node_parameters(params_file, "learner", args["namespace"])
+    player_file = node_parameters(params_file, "demo_player", ns)
+    learner_file = node_parameters(params_file, "learner", ns)
     for player_key, key in PLAYER_KEYS.items():
-        if key not in overrides and key not in learner_keys and player_file.get(player_key) not in (None, ""):
+        if key not in overrides and key not in learner_file and player_file.get(player_key) not in (None, ""):
             overrides[key] = player_file[player_key]
     base = run_config(params_file, overrides)  # RunConfig's own default env is DEFAULT_ENV
     env = base.env_id
@@ -148,7 +148,6 @@ def describe(args: dict) -> list:
         if other_task or (is_mjcf(env) and run_dir == RunConfig().run_dir):
             run_dir = f"runs/opolo/{Path(env).stem if is_mjcf(env) else env}"
         overrides["run_dir"] = run_dir.rstrip("/") + "-graph"
-    learner_file = node_parameters(params_file, "learner", ns)
     bridge_file = node_parameters(params_file, "sim_bridge", ns)
     if is_mjcf(env) and not (args["demos"] or learner_file.get("demos") or player_file.get("demos")):
         raise ValueError(f"an MJCF task ({env}) needs demonstrations: demos:=<a bag of its states> "

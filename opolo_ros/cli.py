@@ -39,7 +39,7 @@ def _node_parameter_names() -> frozenset[str] | None:
         return package_parameter_names()
     except ImportError:
         if signals.interrupted():  # a signal while rclpy or MuJoCo initialised, not a missing rclpy
-            raise KeyboardInterrupt("stopped by a signal; what was written before is kept") from None
+            raise KeyboardInterrupt(signals.interrupt_message()) from None
         return None
 
 
@@ -425,10 +425,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _interrupted(args: argparse.Namespace, why: str) -> int:
-    if not why:
-        name = signals.interrupt_signal()
-        why = (f"stopped by {name}; " if name else "") + "what was written before is kept"
-    print(f"opolo-ros {args.command}: interrupted: {why}", file=sys.stderr)
+    print(f"opolo-ros {args.command}: interrupted: {why or signals.interrupt_message()}", file=sys.stderr)
     return 130
 
 

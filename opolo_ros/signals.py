@@ -25,7 +25,7 @@ def raise_interrupt(signum: int, _frame: FrameType | None) -> None:
     and long loops can poll :func:`interrupt_event` (``evaluate``)."""
     _interrupted.set()
     _signal_name[:] = [signal.Signals(signum).name]
-    raise KeyboardInterrupt(f"stopped by {_signal_name[0]}; what was written before is kept")
+    raise KeyboardInterrupt(interrupt_message())
 
 
 def interrupted() -> bool:
@@ -41,6 +41,12 @@ def interrupt_event() -> threading.Event:
 def interrupt_signal() -> str:
     """The name of the signal that interrupted (``""`` when none did)."""
     return _signal_name[0] if _signal_name and _interrupted.is_set() else ""
+
+
+def interrupt_message() -> str:
+    """What a command interrupted by :func:`raise_interrupt` says (the signal's name when known)."""
+    name = interrupt_signal()
+    return (f"stopped by {name}; " if name else "") + "what was written before is kept"
 
 
 def clear_interrupted() -> None:

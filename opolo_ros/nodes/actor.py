@@ -246,7 +246,6 @@ class Actor(FinishableNode):
         self.noise = p["exploration_noise"]
         self.rate_hz = p["rate_hz"]
         self.clock_steps = p["time_feature_clock"]
-        self._warned_time_feature = False
         if self.clock_steps < 0:
             raise ParameterError(f"parameter 'time_feature_clock' must be >= 0, got {self.clock_steps}")
         if self.clock_steps and p["mode"] != "deploy":
@@ -440,13 +439,12 @@ class Actor(FinishableNode):
         loaded = replace(loaded, bounds=self._bounds(loaded))
         if self.mode == "deploy":
             self._check_safe_command(loaded)
-            if loaded.metadata.time_feature and not self._extra and not self._warned_time_feature:
-                self._warned_time_feature = True
+            if loaded.metadata.time_feature and not self._extra:
                 self.get_logger().warning(
                     f"the policy {loaded.origin} was trained with time_feature: true: its last input is "
                     "1 - t/T, which the observations must then carry; a robot's state does not: set "
                     "time_feature_clock to the training episode length (1000 for the Gymnasium MuJoCo "
-                    "tasks) and the actor appends it")
+                    "tasks) and the actor appends it", once=True)
         if self._command is None or self._command.values.size != loaded.act_dim:
             self._command = CommandBuffer(loaded.act_dim, self.echo)
             if self.mode == "deploy":  # the rate limit ramps the first command from the safe one

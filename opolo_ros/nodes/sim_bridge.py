@@ -386,18 +386,14 @@ class SimBridge(FinishableNode):
         the place of the new bridge's first ones with the same ``seq``: the counts agree, those
         few transitions are the old run's.)"""
         if self.wait_for_controller and not self._controller_matched():
-            if time.monotonic() - self._created > WAIT_NOTE_AFTER_S:
-                self.get_logger().info("waiting for a controller (wait_for_controller): a publisher on "
-                                       f"{self.action_sub.topic_name} and a subscriber of the state",
-                                       throttle_duration_sec=self.report_period)
+            self._note_waiting("waiting for a controller (wait_for_controller): a publisher on "
+                               f"{self.action_sub.topic_name} and a subscriber of the state")
             return False
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
-            if time.monotonic() - self._created > WAIT_NOTE_AFTER_S:
-                self.get_logger().info(
-                    f"waiting for {self.wait_for_subscribers} subscriber(s) of {pub.topic_name} (a learner) "
-                    "before the first step; a bridge without a learner (deploying, recording a "
-                    "robot's joint states): publish_replay:=false", throttle_duration_sec=self.report_period)
+            self._note_waiting(f"waiting for {self.wait_for_subscribers} subscriber(s) of {pub.topic_name} "
+                               "(a learner) before the first step; a bridge without a learner (deploying, "
+                               "recording a robot's joint states): publish_replay:=false")
             return False
         if self._learner_seen:
             return True
@@ -405,6 +401,11 @@ class SimBridge(FinishableNode):
             return False
         return not (self.progress_sub is not None and self.progress_sub.get_publisher_count() > 0
                     and time.monotonic() - self._created < self.learner_wait)
+
+    def _note_waiting(self, text: str) -> None:
+        """Why the bridge has not started, once it has waited WAIT_NOTE_AFTER_S (then throttled)."""
+        if time.monotonic() - self._created > WAIT_NOTE_AFTER_S:
+            self.get_logger().info(text, throttle_duration_sec=self.report_period)
 
     def _controller_matched(self) -> bool:
         """A publisher on the action topic, and a subscriber of what the bridge publishes."""

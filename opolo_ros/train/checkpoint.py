@@ -113,11 +113,15 @@ def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in changed]
 
 
+def _listing(changes: list[str], most: int = 6) -> str:
+    """The first `most` changes, and how many more."""
+    return "; ".join(changes[:most]) + (f"; and {len(changes) - most} more" if len(changes) > most else "")
+
+
 def _also_changed(changes: list[str], named: tuple[str, ...]) -> str:
     """The changed values other than those `named` already, so that one refusal names them all."""
     others = [c for c in changes if c.split(": ", 1)[0] not in named]
-    shown = "; ".join(others[:6]) + (f"; and {len(others) - 6} more" if len(others) > 6 else "")
-    return f" (also changed: {shown})" if others else ""
+    return f" (also changed: {_listing(others)})" if others else ""
 
 
 def check_same_task(saved: dict[str, Any], config: dict[str, Any], path: str | Path, start_over: str) -> None:
@@ -137,20 +141,17 @@ def resume_changes(state: dict[str, Any], config: dict[str, Any], path: str | Pa
     saved = state["config"]
     check_same_task(saved, config, path, start_over)
     changes = config_changes(saved, config)
-
-    def also(key: str) -> str:
-        return _also_changed(changes, (key,))
-
     if saved.get("seed") != config.get("seed"):
+        also = _also_changed(changes, ("seed",))
         raise CheckpointError(f"checkpoint {path} was written with seed {saved.get('seed')}, not "
-                              f"{config.get('seed')}{also('seed')}: a resumed run goes on with its own "
+                              f"{config.get('seed')}{also}: a resumed run goes on with its own "
                               f"seed's random state; resume with seed {saved.get('seed')}, or {start_over}")
     old_lam, new_lam = (c.get("opolo", {}).get("lam") for c in (saved, config))
     if saved.get("algo") == "opolo" and old_lam is not None and (old_lam == 0) != (new_lam == 0):
         names = {True: "OPOLO-x (opolo.lam 0)", False: f"OPOLO (opolo.lam {old_lam})"}
         raise CheckpointError(f"checkpoint {path} is a run of {names[old_lam == 0]}, not of "
                               f"{'OPOLO-x' if new_lam == 0 else 'OPOLO'} (opolo.lam {new_lam})"
-                              f"{also('opolo.lam')}; {start_over}")
+                              f"{_also_changed(changes, ('opolo.lam',))}; {start_over}")
     return changes
 
 
@@ -178,7 +179,7 @@ def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], p
         raise
     except (RuntimeError, ValueError, KeyError) as exc:
         changes = config_changes(saved, config)
-        shown = "; ".join(changes[:6]) + (f"; and {len(changes) - 6} more" if len(changes) > 6 else "")
+        shown = _listing(changes)
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"checkpoint {path} does not fit this config ({detail[:160]}); changed "
                               f"since it was written: {shown or 'nothing in the config'}. Resume with the "
