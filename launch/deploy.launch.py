@@ -29,7 +29,7 @@ counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
 
 Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos``,
-``watch_model`` and ``time_feature_clock``) take the value of ``params_file`` (its ``actor``
+``watch_model``, ``task`` and ``time_feature_clock``) take the value of ``params_file`` (its ``actor``
 section), else the default each description names; given, they override the file.
 List values are comma-separated (``safe_command:=0.0,0.0``).
 """
@@ -64,6 +64,8 @@ ARGUMENTS = [
                                  "the params file, else reliable"),
     LaunchArg("watch_model", "", "true: reload the model file when it changes; empty = the params "
                                  "file, else false"),
+    LaunchArg("task", "", "accept only policies trained on this task (Gymnasium id, or MJCF file "
+                          "name); '*' = any; empty = the params file, else the model's own"),
     LaunchArg("params_file", "", "ROS 2 parameter file with an 'actor' section (safety limits, ...)"),
     LaunchArg("action_low", "", "comma-separated lower command limits (they only tighten the "
                                 "model's bounds); empty = the params file, else the model's"),
@@ -101,7 +103,7 @@ def _given(args: dict) -> dict:
     for name in FLOATS:
         if args[name]:
             out[name] = arg_value(args, name, float)
-    for name in ("executor", "command_qos"):
+    for name in ("executor", "command_qos", "task"):
         if args[name]:
             out[name] = args[name]
     if args["watch_model"]:

@@ -115,7 +115,7 @@ def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import RunConfig, flatten, to_dict
     from opolo_ros.nodes.common import default_policy_every
-    from opolo_ros.sim.tasks import is_mjcf, same_task
+    from opolo_ros.sim.task_ids import is_mjcf, same_task
     from opolo_ros.train.direct import check_demonstrations
 
     ns = args["namespace"]

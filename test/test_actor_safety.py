@@ -310,6 +310,46 @@ def test_clock_actor_refuses_a_hot_swapped_model_without_the_time_feature(tmp_pa
     assert actor.current is first and rig.commands[-1][1] == pytest.approx(3.0)  # 3 x the clock's 1.0
 
 
+@pytest.mark.parametrize("task", ["", "*"], ids=["the first policy's task", "any task"])
+def test_actor_refuses_a_hot_swapped_policy_of_another_task(tmp_path, ros_domain_id, ros_node, task):
+    """HalfCheetah and Walker2d policies both take 17 values and give 6: a policy of another task
+    with the same sizes (another learner on the same topic, a wrong file) is refused and the running
+    one kept, unless parameter `task` is '*'."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, observation_timeout_s=60.0, task=task)
+    with graph:
+        actor = rig.actor
+        first = actor.current
+        actor.request_load(str(onnx_policy(tmp_path / "other.onnx", [0.0] * 4, bias=0.2, env="Other-v5")))
+        if task == "*":
+            assert rig.spin_until(lambda: actor.current is not first), "the policy was not swapped in"
+        else:
+            assert rig.spin_until(lambda: actor.rejected == 1), "a policy of another task was loaded"
+        rig.send(good_message(GOOD[0], False))
+        assert rig.spin_until(lambda: rig.commands)
+    assert rig.commands[-1][1] == pytest.approx(0.6 if task == "*" else 0.3)  # 3 x the bias
+    assert actor.rejected == (0 if task == "*" else 1)
+
+
+def test_task_parameter_matches_mjcf_policies_by_file_name(tmp_path, ros_domain_id):
+    """An MJCF policy names the file it was trained from, a path of the training machine: `task`
+    matches it by file name; a policy of another task is refused at start-up, in one line."""
+    from opolo_ros.nodes.common import ParameterError
+
+    params = {"mode": "deploy", "subscribe_policy": False, "task": "arm.xml"}
+    arm = onnx_policy(tmp_path / "arm.onnx", [0.0] * 4, env="/home/trainer/robots/arm.xml")
+    with GraphRunner([NodeSpec("actor", "actor", parameters={**params, "model": str(arm)})],
+                     ros_domain_id) as graph:
+        assert graph.nodes["actor"].current.metadata.env_id == "/home/trainer/robots/arm.xml"
+    for env in ("/home/trainer/robots/leg.xml", "arm-v5"):
+        model = onnx_policy(tmp_path / "other.onnx", [0.0] * 4, env=env)
+        with pytest.raises(ParameterError, match=rf"trained on {env}, parameter 'task' is arm.xml \(set task "
+                                                 r"to '\*'") as err:
+            GraphRunner([NodeSpec("actor", "actor", parameters={**params, "model": str(model)})],
+                        ros_domain_id)
+        assert "\n" not in str(err.value)
+
+
 def test_joint_state_spec_with_the_clock_fits_the_time_feature_model(tmp_path, ros_domain_id):
     """4 joint values + the clock = the model's 5 inputs; 4 values + the clock against a
     4-input model is refused with the clock named."""

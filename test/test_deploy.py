@@ -57,8 +57,10 @@ def deploy_actor(**args: str) -> NodeSpec:
 def test_deploy_launch_passes_the_safety_arguments():
     spec = deploy_actor(model=str(EXPERT), safe_command="0.5", action_low="-1,", action_high="1.0",
                         max_action_rate="4", observation_timeout_s="0.2", watchdog_rate_hz="20",
-                        cpu_affinity="0,1", executor="single", sched_priority="5", params_file=PARAMS)
+                        cpu_affinity="0,1", executor="single", sched_priority="5", task="*",
+                        params_file=PARAMS)
     p = spec.parameters
+    assert p["task"] == "*"
     assert p["safe_command"] == [0.5] and p["action_low"] == [-1.0] and p["action_high"] == [1.0]
     assert p["max_action_rate"] == 4.0 and p["observation_timeout_s"] == 0.2
     assert p["watchdog_rate_hz"] == 20.0 and p["cpu_affinity"] == [0, 1] and p["executor"] == "single"

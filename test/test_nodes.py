@@ -50,10 +50,10 @@ class Linear(torch.nn.Module):
 
 
 def onnx_policy(path: Path, gains, bias: float = 0.0, version: int = 0, obs_dim: int = 4,
-                time_feature: bool = False) -> Path:
+                time_feature: bool = False, env: str = ENV) -> Path:
     torch.set_num_threads(1)
     return export_policy(Linear(gains, bias, obs_dim), path, action_low=-3.0, action_high=3.0,
-                         metadata={"env_id": ENV, "version": version, "source": "test",
+                         metadata={"env_id": env, "version": version, "source": "test",
                                    "time_feature": int(time_feature)})
 
 

@@ -117,6 +117,7 @@ from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
 from opolo_ros.ros.subscribe import subscribe
+from opolo_ros.sim.task_ids import same_task_name
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,7 @@ class Actor(FinishableNode):
         p["joints"] = [j for j in p["joints"] if j]
         self.obs_dim = p["obs_dim"] or None
         self.act_dim = p["act_dim"] or None
+        self.task = p["task"].strip() or None  # None: the first policy's task, then that one
         self.warmup_steps = p["warmup_steps"]
         self.swap_delay = p["swap_delay"] if p["mode"] == "train" else -1
         self.noise = p["exploration_noise"]
@@ -369,9 +371,16 @@ class Actor(FinishableNode):
                 self.get_logger().error(f"policy refused, keeping {kept}: {_reason(err, PolicyLoadError)}")
 
     def _input_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
-        """Why the observations cannot feed this model, or None when they can: a clock for a model
-        trained without the time feature, or a JointState spec of the wrong size (it must give all
-        ``obs_dim`` inputs, the time feature included, unless the clock adds that)."""
+        """Why this actor cannot run the model, or None when it can: a model of another task than
+        parameter `task` (or the running policy's), a clock for a model trained without the time
+        feature, or a JointState spec of the wrong size (it must give all ``obs_dim`` inputs, the
+        time feature included, unless the clock adds that)."""
+        reference = self.current or (self._staged[-1] if self._staged else None)
+        task = self.task or (reference.metadata.env_id if reference else None)
+        if task not in (None, "*") and not same_task_name(meta.env_id, task):
+            given = "parameter 'task' is" if self.task else "the running policy was trained on"
+            return (f"the policy {origin} was trained on {meta.env_id}, {given} {task} (set task "
+                    "to '*' to accept policies of any task)")
         if self._extra and not meta.time_feature:
             return (f"time_feature_clock is {self.clock_steps}, but the policy {origin} was trained "
                     "without the time feature: set time_feature_clock to 0")

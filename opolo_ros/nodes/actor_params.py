@@ -22,6 +22,8 @@ PARAMETERS: dict[str, tuple] = {
     "policy_topic": ("/opolo/policy", "ONNX policy bytes + version (std_msgs/UInt8MultiArray)"),
     "policy_version_topic": ("policy_version", "announces the active policy version "
                                                "(std_msgs/Int64)"),
+    "task": ("", "accept only policies trained on this task (their env_id: a Gymnasium id, or an "
+                 "MJCF file, compared by file name); '' = the first policy's task; '*' = any"),
     "obs_dim": (0, "expected policy input size (the model's obs_dim, a time_feature_clock's input "
                    "included); 0 = take it from the first model"),
     "act_dim": (0, "expected action size; 0 = take it from the first model"),

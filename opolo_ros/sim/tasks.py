@@ -15,22 +15,9 @@ import gymnasium as gym
 import numpy as np
 
 from opolo_ros.sim.envs import DivergenceGuard, TimeFeature, make_env, route_mujoco_warnings
+from opolo_ros.sim.task_ids import is_mjcf
 
 DEFAULT_MJCF_STEPS = 1000
-
-
-def is_mjcf(env_id: str) -> bool:
-    return env_id.lower().endswith(".xml")
-
-
-def same_task(a: str, b: str) -> bool:
-    """Whether two env ids name one task: the same Gymnasium id, or the same MJCF file however its
-    path is written (``./arm.xml``, ``arm.xml``, absolute)."""
-    if is_mjcf(a) and is_mjcf(b):
-        return Path(a).resolve() == Path(b).resolve()
-    return a == b
-
-
 MAX_CTRL = 1e10  # |ctrlrange| beyond this: MuJoCo refuses the command (BADCTRL) and applies 0
 
 

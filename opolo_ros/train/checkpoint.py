@@ -125,7 +125,7 @@ def _also_changed(changes: list[str], named: tuple[str, ...]) -> str:
 
 
 def check_same_task(saved: dict[str, Any], config: dict[str, Any], path: str | Path, start_over: str) -> None:
-    from opolo_ros.sim.tasks import same_task
+    from opolo_ros.sim.task_ids import same_task
 
     if not same_task(saved["env_id"], config["env_id"]) or saved["algo"] != config["algo"]:
         also = _also_changed(config_changes(saved, config), ("env_id", "algo"))

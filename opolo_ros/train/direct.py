@@ -104,7 +104,7 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int) -> tuple[list[Epis
     demos = prepare_demos(cfg, max_steps) if cfg.algo == "opolo" else []
     if not demos:
         return demos, None
-    from opolo_ros.sim.tasks import is_mjcf
+    from opolo_ros.sim.task_ids import is_mjcf
 
     try:
         data = ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)

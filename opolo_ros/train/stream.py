@@ -38,7 +38,8 @@ from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import EvaluationInterrupted, evaluate, normalised_score, random_policy_return
-from opolo_ros.sim.tasks import is_mjcf, make_task_env, max_steps_of
+from opolo_ros.sim.task_ids import is_mjcf
+from opolo_ros.sim.tasks import make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
