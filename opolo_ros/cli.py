@@ -119,7 +119,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     time_feature = policy.metadata.time_feature
     check_policy_fits(args.model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id,
                       time_feature)
-    returns = evaluate(lambda o: policy(o), env_id, args.episodes, seed=args.seed, time_feature=time_feature,
+    returns = evaluate(policy, env_id, args.episodes, seed=args.seed, time_feature=time_feature,
                        stop=signals.interrupt_event())  # an interrupt a native import swallowed
     print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
     if args.stamp:
@@ -196,14 +196,15 @@ def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str
     from opolo_ros.sim.rollout import complete_episodes, rollout_episodes
 
     metadata = {"env_id": env_id, "expert": model.name, "seed": args.seed, "source": "opolo-ros record"}
+    policy = _stoppable(policy)
     if args.skip_terminated:
-        episodes, skipped = complete_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,
+        episodes, skipped = complete_episodes(policy, env_id, args.episodes, seed=args.seed,
                                               time_feature=time_feature)
         metadata["skipped_terminated_seeds"] = skipped  # the episodes left out, for the record
         if skipped:
             print(f"{env_id}: skipped {len(skipped)} episode(s) that ended by termination (seeds {skipped})")
     else:
-        episodes = rollout_episodes(lambda o: policy(o), env_id, args.episodes, seed=args.seed,
+        episodes = rollout_episodes(policy, env_id, args.episodes, seed=args.seed,
                                     time_feature=time_feature)
     returns = np.array([ep.ret for ep in episodes])
     path = write_demonstrations(output, episodes, storage=args.storage, metadata=metadata)
@@ -212,6 +213,19 @@ def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str
           f"{sum(len(ep.obs) - 1 for ep in episodes)} transitions")
     print(f"bag: {path} ({args.storage})")
     return 0
+
+
+def _stoppable(policy: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`policy`, raising KeyboardInterrupt at its next step once an interrupt came, also one that
+    a native import swallowed (the environment's first ``import mujoco``: signals.raise_interrupt)."""
+    interrupted = signals.interrupt_event()
+
+    def act(obs: Any) -> Any:
+        if interrupted.is_set():
+            raise KeyboardInterrupt(signals.interrupt_message())
+        return policy(obs)
+
+    return act
 
 
 def cmd_record_topics(args: argparse.Namespace) -> int:

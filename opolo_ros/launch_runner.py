@@ -45,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from opolo_ros import signals
 from opolo_ros.algo.config import (
     ROS_NODE_PARAMETERS,
     check_parameter_names,
@@ -499,6 +500,8 @@ def run_launch(name: str, argv: Sequence[str] = (), domain_id: int | None = None
     if main_thread:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
+    if signals.interrupted():  # an interrupt a native import swallowed (describe imports MuJoCo)
+        stop.set()
     start = time.monotonic()
     print(f"opolo-ros launch: {path.name} with "
           + " ".join(f"{k}:={v}" for k, v in args.items() if v != "")

@@ -175,3 +175,54 @@ def test_an_interrupt_swallowed_by_a_native_import_still_ends_the_command_as_int
     assert result.stdout.strip() == "stop at once: True"
     assert result.stderr.strip() == ("opolo-ros train: interrupted: stopped by SIGTERM; what was "
                                      "written before is kept")
+
+
+SWALLOW = ("import os, signal, time\n"
+           "def swallow_sigterm():  # what `import mujoco` does now and then (test above)\n"
+           "    try:\n"
+           "        os.kill(os.getpid(), signal.SIGTERM)\n"
+           "        time.sleep(0.1)\n"
+           "    except KeyboardInterrupt:\n"
+           "        pass\n")
+
+
+def test_a_swallowed_interrupt_stops_record_before_it_writes_a_bag(tmp_path) -> None:
+    """`opolo-ros record` rolled out every episode and wrote the bag after an interrupt that the
+    environment's first import swallowed, then said "interrupted": it stops at the next step."""
+    bag = tmp_path / "bag"
+    code = (SWALLOW + "from opolo_ros import cli\n"
+            "from opolo_ros.sim import rollout\n"
+            "make_env = rollout.make_env\n"
+            "def make_env_swallowing(*args, **kwargs):\n"
+            "    env = make_env(*args, **kwargs)\n"
+            "    swallow_sigterm()\n"
+            "    return env\n"
+            "rollout.make_env = make_env_swallowing\n"
+            f"raise SystemExit(cli.main(['record', '--model', {str(EXPERT)!r}, '--episodes', '20', "
+            f"'--output', {str(bag)!r}]))\n")
+    result = _run_in_subprocess(code)
+    assert result.returncode == 130, (result.returncode, result.stdout, result.stderr)
+    assert not bag.exists(), result.stdout
+    assert "interrupted: stopped by SIGTERM" in result.stderr, result.stderr
+
+
+def test_a_swallowed_interrupt_stops_the_launch_graph_at_once(tmp_path, ros_domain_id) -> None:
+    """`opolo-ros launch` ran its whole graph (a training) after an interrupt that `describe` (its
+    `import mujoco`) swallowed, and only then exited 130. Here the graph is a recorder that would
+    wait 60 s for its topic."""
+    launch = tmp_path / "swallow.launch.py"
+    launch.write_text(
+        SWALLOW + "from opolo_ros.launch_runner import LaunchArg, NodeSpec, launch_description\n"
+        "ARGUMENTS = [LaunchArg('out', '', 'bag')]\n"
+        "def describe(args):\n"
+        "    swallow_sigterm()\n"
+        "    return [NodeSpec('topic_recorder', 'topic_recorder', exit_ends_launch=True, parameters={\n"
+        "        'topics': ['/nobody'], 'output': args['out'], 'discovery_timeout_s': 60.0})]\n"
+        "def generate_launch_description():\n"
+        "    return launch_description(ARGUMENTS, describe)\n")
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "opolo_ros.cli", "launch", str(launch),
+                             f"out:={tmp_path / 'bag'}"], capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert elapsed < 30.0, f"the graph ran on for {elapsed:.0f} s"
