@@ -133,7 +133,7 @@ def plot(env_id: str, variants: list[str], seeds: list[int], run_root: str, out_
 def expert_return(config: str) -> float:
     """Mean return of the demonstration episodes the runs imitate."""
     cfg = load_run_config(config)
-    episodes = load_episodes(cfg.demos, **cfg.demo_options())[: cfg.num_demos]
+    episodes = load_episodes(cfg.demos, **cfg.demo_options())[: cfg.num_demos or None]
     return sum(ep.ret for ep in episodes) / len(episodes)
 
 

@@ -76,7 +76,7 @@ def test_missing_file_and_bad_override(tmp_path):
 @pytest.mark.parametrize("override,match", [
     ("total_steps=-1", r"'total_steps': must be at least 1, got -1"),
     ("eval_episodes=0", r"'eval_episodes': must be at least 1, got 0"),
-    ("num_demos=0", r"'num_demos': must be at least 1"),
+    ("num_demos=-1", r"'num_demos': must not be negative"),
     ("eval_every=-5", r"'eval_every': must not be negative"),
     ("seed=-1", r"'seed': must not be negative"),  # Gymnasium would refuse it deep in the first reset
     ("schedule.exploration_noise=-0.1", r"'schedule.exploration_noise': must not be negative"),

@@ -697,3 +697,15 @@ def test_mean_return_of_demonstrations_without_returns_is_nan_without_a_warning(
         assert math.isnan(mean_return(unknown)) and math.isnan(mean_return([]))
         known = [Episode(np.zeros((3, 2)), 10.0), Episode(np.zeros((3, 2)), 20.0)]
         assert mean_return([*unknown, *known]) == 15.0
+
+
+@pytest.mark.parametrize("num_demos,taken", [(2, 2), (0, 6), (9, 6)])
+def test_num_demos_takes_the_first_episodes_and_0_takes_all(tmp_path, num_demos, taken):
+    from opolo_ros.train.direct import prepare_demos
+
+    rng = np.random.default_rng(1)
+    path = tmp_path / "six.npz"
+    save_npz(path, [Episode(rng.normal(0, 0.1, (10 + k, 4)), float(k)) for k in range(6)])
+    cfg = small_cfg(tmp_path, path, num_demos=num_demos)
+    episodes = prepare_demos(cfg, max_steps=1000)
+    assert [len(ep.obs) for ep in episodes] == [10 + k for k in range(taken)]

@@ -376,3 +376,7 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
     learner, player = parameters([f"params_file:={params}", f"run_dir:={tmp_path / 'e'}"])
     assert learner["demos"] == player["demos"] == str(bag)
     assert learner["num_demos"] == player["num_demos"] == 1
+    # the player's num_demos 0 ("all") is the learner's too (it was refused: "must be at least 1")
+    params.write_text(params.read_text().replace("num_demos: 1", "num_demos: 0"))
+    learner, player = parameters([f"params_file:={params}", f"run_dir:={tmp_path / 'f'}"])
+    assert learner["num_demos"] == player["num_demos"] == 0

@@ -599,6 +599,24 @@ def test_learner_refuses_parameters_it_cannot_run_with_naming_them(tmp_path, ros
         GraphRunner([spec], ros_domain_id)
 
 
+def test_learner_with_num_demos_0_trains_on_every_episode_the_player_sends(tmp_path, ros_domain_id):
+    """num_demos 0 = all: the learner takes every episode once they stop coming (demo_settle_s),
+    not the first 4 (the default) nor none."""
+    from opolo_ros.data.demos import Episode, save_npz
+
+    rng = np.random.default_rng(0)
+    demos = tmp_path / "six.npz"
+    save_npz(demos, [Episode(rng.normal(0, 0.1, (20, 4)), float(k)) for k in range(6)])
+    specs = [NodeSpec("demo_player", "demo_player", parameters={"demos": str(demos), "num_demos": 0}),
+             NodeSpec("learner", "learner", parameters={
+                 "env_id": ENV, "run_dir": str(tmp_path / "run"), "progress": False, "demos": str(demos),
+                 "num_demos": 0, "demo_settle_s": 0.5})]
+    with GraphRunner(specs, ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        assert graph.spin_until(learner.run_folder_taken.is_set, timeout_s=30.0), "no demonstrations taken"
+        assert learner.trainer.expert_return == pytest.approx(2.5)  # the mean of returns 0..5
+
+
 def test_record_expert_with_an_expert_that_always_falls_ends_as_an_error(tmp_path, ros_domain_id, capfd):
     """skip_terminated from the parameter file (the launch argument left empty keeps it): after
     max_tries falls the recording ends, as an error naming the recorder, with no bag. Before, the

@@ -134,7 +134,7 @@ class RunConfig:
     total_steps: int = 20_000
     time_feature: bool = False
     demos: str = ""  # path to a bag, folder of bags, or .npz of state-only episodes
-    num_demos: int = 4
+    num_demos: int = 4  # demonstration episodes to train on (the first ones); 0 = all there are
     # Reading a bag (opolo_ros.data.bags.read_demonstrations): the topic ("" = /opolo/demonstrations,
     # else the bag's only state topic); for sensor_msgs/JointState the joint names in policy order
     # ("a,b,c"; "" = the first message's order) and the fields; the gap that splits an observation
@@ -236,8 +236,8 @@ ROS_NODE_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service
 LEARNER_PARAMETERS: dict[str, tuple] = {
     "policy_every": (0, "export + publish the policy every this many transitions consumed; "
                         "0 = a multiple of schedule.train_freq near 250"),
-    "demo_settle_s": (2.0, "start with fewer than num_demos episodes once none arrived "
-                           "for this long"),
+    "demo_settle_s": (2.0, "start with fewer than num_demos episodes (num_demos 0: with all "
+                           "that came) once none arrived for this long"),
     "resume": (True, "resume from <run_dir>/checkpoint.pt when it exists; false: start over, the "
                      "previous run's files moved to <run_dir>/previous-<date>-<time>/"),
     "progress_period_s": (1.0, "also re-publish the learner progress this often"),
@@ -373,8 +373,8 @@ def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any]
 
 
 # Run config values that must be >= 1 / >= 0 (0 turns the periodic ones off).
-POSITIVE_KEYS = ("total_steps", "num_demos", "eval_episodes", "schedule.buffer_size")
-NON_NEGATIVE_KEYS = ("seed", "eval_every", "checkpoint_every", "export_every", "torch_threads",
+POSITIVE_KEYS = ("total_steps", "eval_episodes", "schedule.buffer_size")
+NON_NEGATIVE_KEYS = ("seed", "num_demos", "eval_every", "checkpoint_every", "export_every", "torch_threads",
                      "schedule.warmup_steps", "schedule.inverse_pretrain_steps", "schedule.disc_steps",
                      "schedule.inverse_steps", "schedule.gradient_steps", "schedule.exploration_noise")
 

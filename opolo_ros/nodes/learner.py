@@ -263,15 +263,15 @@ class Learner(FinishableNode):
         return True
 
     def _wait_for_demos(self) -> list[Episode] | None:
-        want = self.cfg.num_demos
+        want = self.cfg.num_demos or math.inf  # 0: all the player has, once they stop coming
         last_note = -math.inf  # the first note at once, then every 10 s
         while not self._stop.is_set():
             n = len(self.demos)
             settled = n > 0 and time.monotonic() - self._demo_last > self.params["demo_settle_s"]
             if n >= want or settled:
-                episodes = [self.demos[k] for k in sorted(self.demos)][:want]
+                episodes = [self.demos[k] for k in sorted(self.demos)][: self.cfg.num_demos or None]
                 self._demos_taken = True
-                if len(episodes) < want:
+                if len(episodes) < want < math.inf:
                     rejected = self.rejected["demonstration"]
                     self.get_logger().warning(f"only {len(episodes)} of num_demos={want} demonstrations "
                                               f"arrived ({rejected} rejected); training with those")

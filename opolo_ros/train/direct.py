@@ -92,7 +92,7 @@ def prepare_demos(cfg: RunConfig, max_steps: int) -> list[Episode]:
     """Load `num_demos` state-only episodes, with the time feature appended when the run uses it."""
     if not cfg.demos:
         raise ValueError("algo 'opolo' needs demonstrations: set 'demos' to a bag, folder or .npz")
-    episodes = load_episodes(cfg.demos, **cfg.demo_options())[: cfg.num_demos]
+    episodes = load_episodes(cfg.demos, **cfg.demo_options())[: cfg.num_demos or None]
     if cfg.time_feature:
         episodes = [Episode(add_time_feature(ep.obs, max_steps), ep.ret, ep.meta) for ep in episodes]
     return episodes
