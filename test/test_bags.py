@@ -468,19 +468,39 @@ def test_float64_demonstration_layout_and_float32_range(tmp_path: Path) -> None:
         read_demonstrations(bag)
 
 def test_error_episode_shorter_than_two_states(tmp_path: Path) -> None:
-    msgs = _stream(np.zeros((3, 2))) + _stream(np.ones((1, 2)), t0=5 * SEC)  # lone state after a gap
+    msgs = (_stream(np.zeros((3, 2))) + _stream(np.ones((1, 2)), t0=5 * SEC)  # lone state after a gap
+            + _stream(np.full((3, 2), 2.0), t0=7 * SEC))
     bag = _write_stream(tmp_path / "short", {"/obs": (F32, msgs)})
     with pytest.raises(ValueError, match=r"message 3 has 1 observation; an episode needs at least 2 "
-                                         r"\(T\+1 >= 2\) \(it began after a gap of 3.98 s, more than the "
-                                         r"episode gap 0.5 s.*demos_episode_gap_s"):
+                                         r"\(T\+1 >= 2\) \(it began after a gap of 3.98 s and ended at a "
+                                         r"gap of 2 s, more than the episode gap 0.5 s.*demos_episode_gap_s"):
         read_demonstrations(bag)
     with pytest.raises(BagError):
         read_demonstrations(bag, episode_gap_s=-1)
     assert len(read_demonstrations(bag, episode_gap_s=1e300)) == 1  # no gap rule (not an OverflowError)
     slow = [(SEC + k * SEC, _multiarray(F32, [float(k), 0.0])) for k in range(4)]  # 1 Hz, 0.5 s gap
-    with pytest.raises(BagError, match=r"message 0 has 1 observation.* \(it ended at a gap of 1 s, more "
-                                       r"than the episode gap 0.5 s"):
+    with pytest.raises(BagError, match=r"message 1 has 1 observation.* \(it began after a gap of 1 s "
+                                       r"and ended at a gap of 1 s, more than the episode gap 0.5 s"):
         read_demonstrations(_write_stream(tmp_path / "slow", {"/obs": (F32, slow)}))
+    with pytest.raises(BagError, match=r"message 0 has 1 observation"):  # the whole stream
+        read_demonstrations(_write_stream(tmp_path / "one", {"/obs": (F32, slow[:1])}))
+
+
+@pytest.mark.parametrize("split", ["marker", "gap"])
+def test_a_lone_state_where_a_recording_began_or_stopped_is_left_out(tmp_path: Path, split: str) -> None:
+    """A recording that began one step before an episode ended, or stopped one step after the next
+    began (record-topics with the sim bridge's reset markers), has one state of each of those
+    episodes: no transition, so nothing to train on; the bag was refused whole for it."""
+    def gap_or_marker(t: int) -> list:
+        return [(t, _multiarray(F32, [], labels=("reset",)))] if split == "marker" else []
+
+    t_mid, t_end = 3 * SEC, 5 * SEC
+    msgs = (_stream(np.full((1, 2), 9.0)) + gap_or_marker(SEC + SEC // 200)
+            + _stream(np.zeros((4, 2)), t0=2 * SEC) + gap_or_marker(t_mid - SEC // 200)
+            + _stream(np.ones((3, 2)), t0=t_mid) + gap_or_marker(t_end - SEC // 200)
+            + _stream(np.full((1, 2), 8.0), t0=t_end))
+    episodes = read_demonstrations(_write_stream(tmp_path / "cut", {"/obs": (F32, msgs)}))
+    assert [ep.obs[0, 0] for ep in episodes] == [0.0, 1.0] and [len(ep.obs) for ep in episodes] == [4, 3]
 
 
 def test_error_time_stamps_that_do_not_increase(tmp_path: Path) -> None:

@@ -52,6 +52,10 @@ Reading (:func:`read_demonstrations`)
       ``reset_marker=None`` to disable the label/frame_id rule (empty messages always separate:
       they cannot be observations). A publisher ends an episode with e.g.
       ``Float32MultiArray(layout=MultiArrayLayout(dim=[MultiArrayDimension(label="reset")]))``.
+      An episode needs at least 2 observations (one transition); a single one is an error (usually
+      a stream published slower than the gap), except first or last in a bag that holds more: a
+      recording that began just before an episode ended, or stopped just after one began, has
+      that one state of it, which is left out.
 
 Every problem is a one-line :class:`BagError` (a ``ValueError``), or ``FileNotFoundError`` for a
 missing path, naming the bag, topic and message where it applies.
@@ -559,9 +563,14 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
     last_t: int | None = None
     gap_before: int | None = None  # ns between the episode's first message and the one before it
 
-    def close_episode(index: int, gap_after: int | None = None) -> None:
+    def close_episode(index: int, gap_after: int | None = None, last: bool = False) -> None:
         nonlocal current
         if not current:
+            return
+        if len(current) < 2 and (start_index == 0) != last:
+            # A recording that began one step before an episode's end, or stopped one step after
+            # a reset: one state of an episode that is not in the bag (no transition, nothing lost)
+            current = []
             return
         if len(current) < 2:
             gaps = [f"{where} a gap of {gap / 1e9:g} s" for where, gap in
@@ -621,7 +630,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
             start_index, gap_before = index, t - last_t
         current.append(obs)
         last_t = t
-    close_episode(index + 1)
+    close_episode(index + 1, last=True)
     return episodes
 
 
