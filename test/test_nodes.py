@@ -747,14 +747,20 @@ def test_a_real_time_bridge_told_to_wait_for_its_controller_steps_only_once_matc
     spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
         "env_id": "InvertedPendulum-v5", "mode": "realtime", "time_scale": 10.0, "publish_replay": False,
         "wait_for_controller": True, "max_episode_steps": 100_000})
-    controller, _ = ros_node("controller")
+    controller, controller_executor = ros_node("controller")
+    seen: list[np.ndarray] = []
     with GraphRunner([spec], ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
+        initial = bridge.obs.copy()
         graph.spin_until(lambda: False, timeout_s=1.0)
         assert bridge.steps == 0 and not bridge.started
         controller.create_publisher(Float64MultiArray, "action", 10)
         graph.spin_until(lambda: False, timeout_s=1.0)
         assert bridge.steps == 0  # a command publisher alone: nobody reads the state yet
-        controller.create_subscription(Float32MultiArray, "observation", lambda _msg: None,
+        controller.create_subscription(Float32MultiArray, "observation",
+                                       lambda msg: seen.append(np.asarray(msg.data)),
                                        qos_profile_sensor_data)  # best effort, as the bridge publishes
-        assert graph.spin_until(lambda: bridge.steps > 5, timeout_s=20.0), bridge.steps
+        assert spin_until([graph.executor, controller_executor], lambda: bridge.steps > 5 and len(seen) > 5,
+                          timeout_sec=20.0), bridge.steps
+    # the controller sees the initial state before the first step (the first published was s_1)
+    np.testing.assert_array_equal(seen[0], initial.astype(np.float32))

@@ -367,3 +367,11 @@ def test_a_simulated_robots_episodes_are_cut_at_its_reset_markers(ros_domain_id,
     episodes = read_demonstrations(tmp_path / "b", joints=["slider", "hinge"], episode_gap_s=None)
     assert len(episodes) >= 4, [len(ep.obs) for ep in episodes]
     assert all(np.abs(ep.obs[1:-1, 1]).max() < 0.2 for ep in episodes)  # no fallen state mid-episode
+    # Each whole episode ends with the fall itself (s_T, published before the marker: it was lost to
+    # the reset) and holds all its steps: T + 1 states, T = the bridge's return + 1 (InvertedPendulum-v5
+    # rewards 1 per step but the falling one)
+    whole = episodes[1:-1]
+    assert all(abs(ep.obs[-1, 1]) > 0.2 for ep in whole), [ep.obs[-1] for ep in whole]
+    steps = [round(r) + 1 for r in bridge._returns]
+    lengths = [len(ep.obs) - 1 for ep in whole]
+    assert any(lengths == steps[k:k + len(lengths)] for k in range(len(steps))), (lengths, steps)

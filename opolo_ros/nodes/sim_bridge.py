@@ -117,7 +117,9 @@ PARAMETERS: dict[str, tuple] = {
     "reset_markers": (False, "publish a reset marker on the joint_states topic when an episode ends (a "
                              "JointState with header.frame_id 'reset' and no joints): a recording of "
                              "the joint states is then cut into episodes there (opolo-ros "
-                             "record-topics; the demonstration reader's marker rule)"),
+                             "record-topics; the demonstration reader's marker rule). Realtime mode "
+                             "publishes the episode's last state before it (lockstep does not: a "
+                             "controller would answer that state)"),
     "wait_for_controller": (False, "start stepping once a controller is matched: a publisher on the "
                                    "action topic and a subscriber of the observation or joint_states "
                                    "topic (a simulated robot that must not run its first seconds "
@@ -510,8 +512,11 @@ class SimBridge(FinishableNode):
             self.get_logger().info(f"{self.episodes} episodes, {self.steps} steps: mean return of the "
                                    f"last {len(recent)} {np.mean(recent):.1f}")
         self.episode_return, self.episode_len = 0.0, 0
+        marked = self.reset_markers and self.joint_pub is not None
+        if marked and self.mode == "realtime":  # the episode's last state (a recording's s_T)
+            self._publish_joint_states()
         self.obs, _ = self.env.reset()
-        if self.reset_markers and self.joint_pub is not None:
+        if marked:
             marker = JointState()
             marker.header.frame_id = RESET_LABEL
             marker.header.stamp = self.get_clock().now().to_msg()
@@ -559,9 +564,10 @@ class SimBridge(FinishableNode):
     # ------------------------------------------------------------------ real time
     def _realtime_step(self) -> None:
         if not self.started:
-            if not self.ready():
-                return
-            self.started = True
+            if self.ready():
+                self.started = True
+                self._publish_observation()  # the initial state: the first command answers it
+            return
         if self._commanded and not self._fresh_action:
             self.held += 1
             self.get_logger().info(f"{self.held} of {self.steps} steps found no new command (held the "
