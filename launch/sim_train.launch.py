@@ -42,6 +42,8 @@ ARGUMENTS = [
                                  "env (e.g. inverted_pendulum.yaml), or node defaults if there is none"),
     LaunchArg("demos", "", "expert demonstrations: rosbag2 bag, folder of bags or .npz; empty = the "
                            "learner's 'demos' in the parameter file, else models/demos/<env>"),
+    LaunchArg("num_demos", "", "demonstration episodes to train on (the bag's first ones); 0 = all; "
+                               "empty = the file's, else 4 (the paper's)"),
     LaunchArg("seed", "", "seed of the simulation, the exploration and the learner; empty = the file's"),
     LaunchArg("namespace", "", "namespace of all nodes (their relative topics: observation, action, "
                                "policy_version); /opolo/* topics stay shared"),
@@ -121,7 +123,7 @@ def describe(args: dict) -> list:
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"]) or task_params_file(args["env"] or DEFAULT_ENV)
     overrides = {"env_id": args["env"]} if args["env"] else {}
-    for key in ("seed", "total_steps", "run_dir"):
+    for key in ("seed", "total_steps", "run_dir", "num_demos"):
         if args[key] != "":
             overrides[key] = yaml_value(args[key])
     for key in ("demos_topic", "demos_joints", "demos_fields"):

@@ -73,7 +73,12 @@ def _check_demos(cfg: RunConfig) -> None:
     if cfg.algo == "opolo" and cfg.demos:
         from opolo_ros.data.demos import load_episodes
 
-        load_episodes(cfg.demos, **cfg.demo_options())
+        episodes = load_episodes(cfg.demos, **cfg.demo_options())
+        taken = episodes[: cfg.num_demos or None]
+        left = f"; {len(episodes) - len(taken)} more in it left out (num_demos {cfg.num_demos}; 0 = all)"
+        print(f"demonstrations: {len(taken)} episodes of {cfg.demos}, "
+              f"{sum(len(ep.obs) - 1 for ep in taken)} transitions"
+              + (left if len(taken) < len(episodes) else ""))
 
 
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:

@@ -700,7 +700,10 @@ def test_mean_return_of_demonstrations_without_returns_is_nan_without_a_warning(
 
 
 @pytest.mark.parametrize("num_demos,taken", [(2, 2), (0, 6), (9, 6)])
-def test_num_demos_takes_the_first_episodes_and_0_takes_all(tmp_path, num_demos, taken):
+def test_num_demos_takes_the_first_episodes_and_0_takes_all(tmp_path, capsys, num_demos, taken):
+    """... and `opolo-ros train` says how many it takes, and how many it leaves out (they were
+    dropped without a word, a walkthrough)."""
+    from opolo_ros.cli import _check_demos
     from opolo_ros.train.direct import prepare_demos
 
     rng = np.random.default_rng(1)
@@ -709,3 +712,7 @@ def test_num_demos_takes_the_first_episodes_and_0_takes_all(tmp_path, num_demos,
     cfg = small_cfg(tmp_path, path, num_demos=num_demos)
     episodes = prepare_demos(cfg, max_steps=1000)
     assert [len(ep.obs) for ep in episodes] == [10 + k for k in range(taken)]
+    _check_demos(cfg)
+    said = capsys.readouterr().out
+    assert f"demonstrations: {taken} episodes of {path}" in said
+    assert ("4 more in it left out (num_demos 2; 0 = all)" in said) == (taken == 2), said

@@ -380,3 +380,5 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
     params.write_text(params.read_text().replace("num_demos: 1", "num_demos: 0"))
     learner, player = parameters([f"params_file:={params}", f"run_dir:={tmp_path / 'f'}"])
     assert learner["num_demos"] == player["num_demos"] == 0
+    learner, player = parameters([f"params_file:={params}", f"run_dir:={tmp_path / 'g'}", "num_demos:=2"])
+    assert learner["num_demos"] == player["num_demos"] == 2  # the argument wins

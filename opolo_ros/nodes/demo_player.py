@@ -52,8 +52,10 @@ class DemoPlayer(FinishableNode):
         for k, ep in enumerate(self.episodes):
             self.pub.publish(m.demonstration_to_msg(ep.obs, ep.ret, k))
         returns = [ep.ret for ep in self.episodes]
+        left = len(episodes) - len(self.episodes)
+        note = f"; {left} more in it left out (num_demos {count}; 0 = all)" if left else ""
         self.get_logger().info(f"published {len(self.episodes)} episodes from {demos} on {topic} "
-                               f"(returns {', '.join(f'{r:.1f}' for r in returns)})")
+                               f"(returns {', '.join(f'{r:.1f}' for r in returns)}){note}")
 
 
 def main(args: list[str] | None = None) -> int:
