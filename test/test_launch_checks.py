@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -203,6 +204,16 @@ def test_demonstrations_of_another_task_with_the_same_obs_dim_are_refused(tmp_pa
                                          r"not on Walker2d-v5"):
         args = ["params_file:=config/walker2d.yaml", "demos:=models/demos/HalfCheetah-v5"]
         lr.describe_launch("sim_train", [*args, f"run_dir:={tmp_path / 'run'}"])
+    # an MJCF robot with the pendulum's joints (4 values) and the pendulum's bag: the check was
+    # skipped for robot models (a walkthrough trained its arm on the pendulum's demonstrations)
+    import gymnasium
+
+    xml = tmp_path / "arm.xml"
+    xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
+    with pytest.raises(ValueError, match=rf"recorded on InvertedPendulum-v5 \(the bag's metadata says so\), "
+                                         rf"not on {re.escape(str(xml))}"):
+        lr.describe_launch("sim_train", [f"env:={xml}", "demos:=models/demos/InvertedPendulum-v5",
+                                         f"run_dir:={tmp_path / 'arm'}"])
 
 
 def test_record_expert_takes_the_time_feature_from_the_expert_and_refuses_a_wrong_one(tmp_path):

@@ -104,15 +104,15 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int) -> tuple[list[Epis
     demos = prepare_demos(cfg, max_steps) if cfg.algo == "opolo" else []
     if not demos:
         return demos, None
-    from opolo_ros.sim.task_ids import is_mjcf
+    from opolo_ros.sim.task_ids import same_task_name
 
     try:
         data = ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
     except ValueError as err:
         raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}") from None
     recorded = {str(ep.meta.get("env_id", "")) for ep in demos} - {""}
-    other = sorted(t for t in recorded if t != cfg.env_id and not is_mjcf(t) and not is_mjcf(cfg.env_id))
-    if other:  # same obs_dim (HalfCheetah and Walker2d: 17): the dimension check above passed
+    other = sorted(t for t in recorded if not same_task_name(t, cfg.env_id))  # MJCF: by file name
+    if other:  # same obs_dim (HalfCheetah and Walker2d: 17; a robot model of the pendulum's joints)
         raise ValueError(f"demonstrations {cfg.demos} were recorded on {', '.join(other)} (the bag's "
                          f"metadata says so), not on {cfg.env_id}")
     return demos, data
