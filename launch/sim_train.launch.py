@@ -113,6 +113,29 @@ def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
                          "lost while it restarted before the bridge re-sends it")
 
 
+def _mjcf_joints(env: str, overrides: dict, learner_file: dict) -> str:
+    """An MJCF robot's observation is its hinge and slide joints in the model's order: without
+    demos_joints a JointState bag is read in that order by name (the first message's order was
+    taken, and a bag that listed the joints otherwise trained on scrambled observations without a
+    word); given ones that are the model's names in another order are refused. Returns the hint
+    for a bag whose joints are named otherwise."""
+    from opolo_ros.sim.tasks import MjcfEnv
+
+    model = MjcfEnv(env).joints[0]
+    given = str(overrides.get("demos_joints") or learner_file.get("demos_joints") or "")
+    names = [j.strip() for j in given.split(",") if j.strip()]
+    if not names:
+        overrides["demos_joints"] = ",".join(model)
+        return (f" (an MJCF robot's JointState bag is read by the model's joint names, {','.join(model)}: "
+                "a bag whose joints are named otherwise needs demos_joints:=<its names, in the model's "
+                "order>)")
+    if sorted(names) == sorted(model) and names != list(model):
+        raise ValueError(f"demos_joints {','.join(names)} names {Path(env).name}'s joints in another order "
+                         f"than the model's, {','.join(model)}: the policy's observation is in the "
+                         "model's order (leave demos_joints empty to read them by name in it)")
+    return ""
+
+
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import RunConfig, flatten, to_dict
@@ -157,23 +180,14 @@ def describe(args: dict) -> list:
     demos = (args["demos"] or learner_file.get("demos") or player_file.get("demos")
              or str(package_path("models", "demos", env)))
     overrides["demos"] = resolve_path(demos)
-    if is_mjcf(env) and not (overrides.get("demos_joints") or learner_file.get("demos_joints")):
-        # The robot's observation is its hinge and slide joints in the model's order: a JointState
-        # bag is read in that order by name (the first message's order was taken, and a bag that
-        # listed the joints otherwise trained on scrambled observations without a word).
-        from opolo_ros.sim.tasks import MjcfEnv
-
-        overrides["demos_joints"] = ",".join(MjcfEnv(env).joints[0])
-        joints_hint = (f" (an MJCF robot's JointState bag is read by the model's joint names, "
-                       f"{overrides['demos_joints']}: a bag whose joints are named otherwise needs "
-                       "demos_joints:=<its names, in the model's order>)")
-    else:
-        joints_hint = ""
+    joints_hint = ""
+    if is_mjcf(env):
+        joints_hint = _mjcf_joints(env, overrides, learner_file)
     cfg = run_config(params_file, overrides)
     try:  # another task's demonstrations: an error now, not a learner waiting forever
         check_demonstrations(cfg)
     except ValueError as err:
-        if not joints_hint or "missing" not in str(err):
+        if not joints_hint or "missing from the JointState" not in str(err):
             raise
         raise ValueError(f"{err}{joints_hint}") from None
     policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")

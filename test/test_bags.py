@@ -623,6 +623,16 @@ def test_cli_record_skip_terminated(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert not (tmp_path / "none").exists()
 
 
+def pendulum_robot_demos(path: Path) -> Path:
+    """The shipped pendulum demonstrations as a robot's own (an .npz without the recorded task), for
+    an MJCF copy of the pendulum's model: a bag that says InvertedPendulum-v5 is refused for it."""
+    from opolo_ros.data.demos import save_npz
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / "demos" / "InvertedPendulum-v5"
+    save_npz(path, [Episode(ep.obs, ep.ret) for ep in load_episodes(shipped)])
+    return path
+
+
 def robot_bag(path: Path) -> tuple[Path, np.ndarray]:
     """A bag with two JointState topics (an arm and a gripper), and the observations that
     demos_topic=/joint_states, demos_joints=shoulder,elbow, demos_fields=velocity,position make."""

@@ -300,9 +300,12 @@ def test_an_mjcf_run_gets_a_run_folder_named_after_its_file(tmp_path):
     """Without a task file every robot model trained in runs/default-graph (found by a walkthrough)."""
     import gymnasium
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_bags import pendulum_robot_demos
+
     xml = tmp_path / "arm.xml"
     xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
-    demos = lr.package_path("models", "demos", "InvertedPendulum-v5")
+    demos = pendulum_robot_demos(tmp_path / "arm_demos.npz")
     specs = lr.describe_launch("sim_train", [f"env:={xml}", f"demos:={demos}"])[2]
     assert next(s for s in specs if s.name == "learner").parameters["run_dir"] == "runs/opolo/arm-graph"
     # With another task's file as the template (README: "give a task file for short runs"), the
@@ -374,6 +377,11 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
     arm_bag = _write_stream(tmp_path / "arm_bag", {"/joint_states": (JS, states)})
     learner, player = parameters([f"env:={xml}", f"demos:={arm_bag}", f"run_dir:={tmp_path / 'c'}"])
     assert learner["demos_joints"] == player["bag_joints"] == "slider,hinge"
+    # the model's joint names given in another order: scrambled observations (a walkthrough)
+    with pytest.raises(ValueError, match=r"demos_joints hinge,slider names arm.xml's joints in another "
+                                         r"order than the model's, slider,hinge"):
+        parameters([f"env:={xml}", f"demos:={arm_bag}", "demos_joints:=hinge,slider",
+                    f"run_dir:={tmp_path / 'c2'}"])
     # ... and a bag whose joints are named otherwise says how to map them
     other = [(SEC + k * SEC // 50, _joint_state(["j1", "j2"], [0.1 * k, 0.0], [k, 0.0])) for k in range(5)]
     other_bag = _write_stream(tmp_path / "other_bag", {"/joint_states": (JS, other)})

@@ -357,8 +357,12 @@ def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
     refused = subprocess.run(launch, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "needs demonstrations: demos:=" in refused.stderr, refused.stderr[-2000:]
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import pendulum_robot_demos
+
+    demos = pendulum_robot_demos(tmp_path / "robot_demos.npz")
     run = subprocess.run([*launch, "params_file:=config/inverted_pendulum.yaml", "total_steps:=1100",
-                          f"run_dir:={tmp_path / 'run'}"],
+                          f"run_dir:={tmp_path / 'run'}", f"demos:={demos}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "no evaluation: the task has no reward" in run.stdout and "nan" not in run.stdout
@@ -375,7 +379,6 @@ def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
     assert load_policy(tmp_path / "out.onnx").metadata.env_id == str(xml)  # absolute, as the run's
     # The same file written relative to another working folder resumes the run (it was refused as
     # another task: "is for opolo on /abs/robot.xml, not opolo on robot.xml").
-    demos = ROOT / "models" / "demos" / "InvertedPendulum-v5"
     resumed = subprocess.run([*launch[:3], "env:=inverted_pendulum.xml", f"demos:={demos}",
                               f"params_file:={ROOT / 'config' / 'inverted_pendulum.yaml'}",
                               "total_steps:=1200", f"run_dir:={tmp_path / 'run'}"],
