@@ -474,13 +474,18 @@ class GraphRunner:
     def close(self) -> None:
         from opolo_ros.ros import runtime
 
+        aborted: KeyboardInterrupt | None = None
         for node in reversed(list(self.nodes.values())):
             try:
                 node.close()
             except Exception as err:  # keep closing the others
                 print(f"opolo-ros launch: closing {node.get_name()}: {err}", file=sys.stderr)
+            except KeyboardInterrupt as interrupt:  # a signal again: it cuts this node's close short,
+                aborted = interrupt  # not the others' (a recorder later in the list writes its bag)
         runtime.shutdown(self.context, list(self.nodes.values()), [self.executor])
         self.nodes = {}
+        if aborted is not None:
+            raise aborted
 
 
 def run_launch(name: str, argv: Sequence[str] = (), domain_id: int | None = None) -> LaunchResult:

@@ -401,3 +401,26 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
     assert learner["num_demos"] == player["num_demos"] == 0
     learner, player = parameters([f"params_file:={params}", f"run_dir:={tmp_path / 'g'}", "num_demos:=2"])
     assert learner["num_demos"] == player["num_demos"] == 2  # the argument wins
+
+
+def test_a_signal_during_one_nodes_close_still_closes_the_others(ros_domain_id):
+    """A second Ctrl-C while the graph closes raised out of the loop: the nodes after it in the
+    close order were never closed (a recorder there left an unreadable MCAP bag). It cuts short the
+    close it lands in, the others run, and the interrupt is raised after them."""
+    specs = [lr.NodeSpec("actor", "first"), lr.NodeSpec("actor", "second")]
+    graph = lr.GraphRunner(specs, ros_domain_id)
+    closed = []
+    first, second = graph.nodes["first"], graph.nodes["second"]
+    first_close = first.close
+
+    def interrupted_close() -> None:
+        raise KeyboardInterrupt
+
+    def recorded_close() -> None:
+        closed.append("first")
+        first_close()
+
+    second.close, first.close = interrupted_close, recorded_close  # closed in reverse order
+    with pytest.raises(KeyboardInterrupt):
+        graph.close()
+    assert closed == ["first"]
