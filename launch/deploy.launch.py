@@ -47,7 +47,9 @@ from opolo_ros.launch_runner import (
 ARGUMENTS = [
     LaunchArg("model", "", "ONNX policy to run (required)"),
     LaunchArg("namespace", "", "namespace of the actor"),
-    LaunchArg("observation_topic", "observation", "the robot's state topic (remap target of 'observation')"),
+    LaunchArg("observation_topic", "", "the robot's state topic (remap target of 'observation'); empty = "
+                                       "/joint_states with joints (argument or params file), else "
+                                       "observation"),
     LaunchArg("action_topic", "action", "the robot's command topic (remap target of 'action')"),
     LaunchArg("joints", "", "comma-separated joint names: read sensor_msgs/JointState in this order "
                             "(positions, then velocities); empty = Float32MultiArray observations"),
@@ -127,7 +129,8 @@ def describe(args: dict) -> list:
     joints = [j.strip() for j in args["joints"].split(",") if j.strip()]
     if joints:
         parameters["joints"] = joints
-    remappings = [("observation", args["observation_topic"]), ("action", args["action_topic"])]
+    state = args["observation_topic"] or ("/joint_states" if parameters.get("joints") else "observation")
+    remappings = [("observation", state), ("action", args["action_topic"])]
     return [NodeSpec("actor", "actor", namespace=ns, parameters=parameters, remappings=remappings,
                      exit_ends_launch=True)]
 

@@ -350,6 +350,23 @@ def test_task_parameter_matches_mjcf_policies_by_file_name(tmp_path, ros_domain_
         assert "\n" not in str(err.value)
 
 
+def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_domain_id, ros_node, capfd):
+    """A JointState actor left on the default 'observation' topic, where a bridge publishes
+    Float32MultiArray, heard nothing: the only sign was "no valid observation" (a walkthrough)."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    peer, _ = ros_node("bridge")
+    peer.create_publisher(Float32MultiArray, "observation", 10)
+    graph = GraphRunner([NodeSpec("actor", "actor", parameters={
+        "mode": "deploy", "model": str(model), "subscribe_policy": False, "joints": JOINTS,
+        "observation_timeout_s": 1.0, "watchdog_rate_hz": 20.0})], ros_domain_id)
+    with graph:
+        assert graph.spin_until(lambda: graph.nodes["actor"].stale, timeout_s=10.0)
+    err = capfd.readouterr().err
+    assert ("no valid observation for 1 s: publishing the safe command [0.0] until observations return "
+            "(/observation is published as std_msgs/msg/Float32MultiArray, this actor reads "
+            "sensor_msgs/msg/JointState: leave joints empty, or remap observation_topic)") in err, err
+
+
 def test_joint_state_spec_with_the_clock_fits_the_time_feature_model(tmp_path, ros_domain_id):
     """4 joint values + the clock = the model's 5 inputs; 4 values + the clock against a
     4-input model is refused with the clock named."""

@@ -61,6 +61,10 @@ def test_deploy_launch_passes_the_safety_arguments():
                         params_file=PARAMS)
     p = spec.parameters
     assert p["task"] == "*"
+    assert ("observation", "/joint_states") in spec.remappings  # joints (the params file's): their topic
+    assert ("observation", "observation") in deploy_actor(model=str(EXPERT)).remappings  # array input
+    assert ("observation", "/s") in deploy_actor(model=str(EXPERT), params_file=PARAMS,
+                                                 observation_topic="/s").remappings
     assert p["safe_command"] == [0.5] and p["action_low"] == [-1.0] and p["action_high"] == [1.0]
     assert p["max_action_rate"] == 4.0 and p["observation_timeout_s"] == 0.2
     assert p["watchdog_rate_hz"] == 20.0 and p["cpu_affinity"] == [0, 1] and p["executor"] == "single"

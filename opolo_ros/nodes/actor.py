@@ -216,7 +216,7 @@ class Actor(FinishableNode):
             origin += f" (trained on {meta.env_id}: obs_dim {meta.obs_dim}, act_dim {meta.act_dim})"
         kind = (f"sensor_msgs/JointState ({self._spec.describe_size()})" if self._spec is not None
                 else "std_msgs/Float32MultiArray")
-        topic = self.resolve_topic_name(p["observation_topic"])
+        topic = self._observation_topic = self.resolve_topic_name(p["observation_topic"])
         command = self.resolve_topic_name(p["action_topic"])
         self.get_logger().info(f"{self.mode} mode; policy: {origin}; observations: {kind} on {topic}; "
                                f"commands: std_msgs/Float64MultiArray on {command}")
@@ -597,6 +597,21 @@ class Actor(FinishableNode):
         if now - self._last_obs_time > self.obs_timeout:
             self._publish_safe(now)
 
+    def _publishers_note(self) -> str:
+        """Why no observation may come: nobody publishes the topic, or publishers of another type
+        (which DDS never matches: a JointState actor on a Float32MultiArray topic hears nothing)."""
+        topic = self._observation_topic
+        wanted = "sensor_msgs/msg/JointState" if self._spec is not None else "std_msgs/msg/Float32MultiArray"
+        types = sorted({info.topic_type for info in self.get_publishers_info_by_topic(topic)})
+        if not types:
+            return f" (no publisher of {topic} yet)"
+        other = [t for t in types if t != wanted]
+        if not other:
+            return ""
+        fix = "leave joints empty" if self._spec is not None else "set joints"
+        return (f" ({topic} is published as {', '.join(other)}, this actor reads {wanted}: {fix}, or "
+                "remap observation_topic)")
+
     def _publish_safe(self, now: float) -> None:
         command = self._command
         if command is None:
@@ -606,7 +621,8 @@ class Actor(FinishableNode):
             self.stale_events += 1
             self.get_logger().warning(
                 f"no valid observation for {self.obs_timeout:g} s: publishing the safe command "
-                f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations return")
+                f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations return"
+                + self._publishers_note())
         self._safe_into(command, now)
         self._send(command, None)
         self.safe_commands += 1
