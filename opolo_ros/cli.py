@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -240,6 +241,9 @@ def cmd_record_topics(args: argparse.Namespace) -> int:
     from opolo_ros.nodes.common import run_node
     from opolo_ros.nodes.topic_recorder import TopicRecorder
 
+    if args.output and Path(args.output).exists():  # said in the option's words, not the node's
+        raise FileExistsError(f"--output {args.output} already exists; refusing to overwrite it (choose "
+                              "another folder or remove it)")
     values = {"topics": args.topics, "output": args.output or "", "storage": args.storage,
               "duration_s": args.duration, "max_messages": args.max_messages,
               "discovery_timeout_s": args.discovery_timeout}
@@ -251,6 +255,28 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from opolo_ros.launch_runner import launch_command
 
     return launch_command(args.name, args.arguments, show_args=args.show_args)
+
+
+def seconds_value(text: str) -> float:
+    """A duration or timeout option: a finite number of seconds >= 0 (0 = off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (0 = off), got {text}")
+    return value
+
+
+def count_value(text: str) -> int:
+    """A count option: an integer >= 0 (0 = no limit)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative (0 = no limit), got {value}")
+    return value
 
 
 def seed_value(text: str) -> int:
@@ -373,11 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--storage", choices=("sqlite3", "mcap"), default="sqlite3",
                     help="sqlite3 (default): committed to disk every second, so a crash loses at most "
                          "the last second; mcap: readable only once the recording ends")
-    rt.add_argument("--duration", type=float, default=0.0,
+    rt.add_argument("--duration", type=seconds_value, default=0.0,
                     help="seconds to record from the first subscription (default: until Ctrl-C)")
-    rt.add_argument("--max-messages", dest="max_messages", type=int, default=0,
+    rt.add_argument("--max-messages", dest="max_messages", type=count_value, default=0,
                     help="stop after this many messages, all topics together (default: no limit)")
-    rt.add_argument("--discovery-timeout", dest="discovery_timeout", type=float, default=0.0,
+    rt.add_argument("--discovery-timeout", dest="discovery_timeout", type=seconds_value, default=0.0,
                     help="fail (status 1) if a topic has no publisher after this many seconds "
                          "(default: wait for ever)")
     rt.set_defaults(func=cmd_record_topics)

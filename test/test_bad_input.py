@@ -98,6 +98,8 @@ CASES = {
                                      "evaluate needs a Gymnasium task id"),
     "train on an MJCF file": Case(("train", "--env-id", "{tmp}/robot.xml", "--run-dir", "{tmp}/mjcf_run"),
                                   "the direct loop trains Gymnasium tasks, not an MJCF file"),
+    "record-topics existing output": Case(("record-topics", "/x", "-o", "{tmp}"),
+                                          "already exists; refusing to overwrite it"),
     "queue file not text": Case(("queue", "{binary_file}"), "is not a text (UTF-8) file"),
     "bench script bad input": Case(("bench", "reward_parts", "{tmp}/missing.onnx"), "policy file not found"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),

@@ -92,3 +92,19 @@ def test_opolo_ros_bench_lists_resolves_and_runs_the_scripts(tmp_path: Path,
     run = subprocess.run([sys.executable, "-m", "opolo_ros.cli", "bench", "experts_table", "--help"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.startswith("usage: experts_table.py"), run.stderr
+
+
+@pytest.mark.parametrize("option,value,expect", [
+    ("--duration", "inf", "argument --duration: must be a finite number of seconds >= 0 (0 = off), got inf"),
+    ("--duration", "-1", "argument --duration: must be a finite number of seconds >= 0"),
+    ("--discovery-timeout", "nan", "argument --discovery-timeout: must be a finite number of seconds"),
+    ("--max-messages", "-3", "argument --max-messages: must not be negative (0 = no limit), got -3"),
+])
+def test_record_topics_options_are_checked_in_their_own_names(option: str, value: str, expect: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """They went to the node as parameters: `--duration inf` became the string 'Infinity' ("parameter
+    'duration_s': expected float"), a negative one an error naming 'duration_s' (a walkthrough)."""
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["record-topics", "/x", option, value])
+    assert exit_info.value.code == 2
+    assert expect in capsys.readouterr().err
