@@ -108,9 +108,12 @@ def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
 def _gym_task(env_id: str, command: str) -> str:
     """`env_id`, unless it is an MJCF file: those have no reward to evaluate, nor a rollout helper here."""
     if env_id.endswith(".xml"):
+        what = {"record": "record a robot model's expert through the graph: opolo-ros launch "
+                          "record_expert env:=<file.xml> model:=...",
+                "evaluate": "watch the policy on it through the graph instead: sim_bridge (mode "
+                            "realtime) and opolo-ros launch deploy"}.get(command, "")
         raise ValueError(f"{command} needs a Gymnasium task id, not an MJCF file ({env_id}): it has no "
-                         "reward; record a robot model through the graph: opolo-ros launch record_expert "
-                         "env:=<file.xml> model:=...")
+                         f"reward" + (f"; {what}" if what else ""))
     return env_id
 
 
