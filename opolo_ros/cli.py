@@ -353,6 +353,15 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--total-steps", dest="total_steps", type=int)
         sp.add_argument("--run-dir", dest="run_dir")
 
+    def export_args(sp: argparse.ArgumentParser) -> None:
+        """What applies to an export: the run's seed, time feature and trainer come from the checkpoint."""
+        sp.add_argument("checkpoint", help="a run folder's checkpoint.pt")
+        sp.add_argument("output", help="the ONNX file to write")
+        sp.add_argument("--config", help="run config YAML the networks are built from (default: the "
+                                         "config.yaml next to the checkpoint)")
+        sp.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="override a value of the run config (repeatable)")
+
     t = sub.add_parser("train", help="train OPOLO with the direct (no-ROS) loop")
     run_args(t)
     t.add_argument("--no-resume", action="store_true", help="ignore a checkpoint in the run folder")
@@ -374,9 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="export the policy of a checkpoint to ONNX (config: --config, "
                                        "else the config.yaml next to the checkpoint)")
-    run_args(ex)
-    ex.add_argument("checkpoint")
-    ex.add_argument("output")
+    export_args(ex)
     ex.set_defaults(func=cmd_export)
 
     rec = sub.add_parser("record", help="roll out an ONNX expert and record its states into a rosbag2 bag")

@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
+import yaml
+
 from opolo_ros import cli
+from opolo_ros.algo.config import load_run_config, to_dict
 from opolo_ros.export.onnx_policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def checkpoint_of(run: Path, trainer: str = "direct", **values: object) -> Path:
+    """The checkpoint (untrained networks) and config.yaml of a small TD3 run in `run`, written by
+    `trainer`: the direct loop ("direct") or the learner node's StreamTrainer ("learner")."""
+    from opolo_ros.train.direct import DirectTrainer
+    from opolo_ros.train.stream import StreamHooks, StreamTrainer
+
+    cfg = load_run_config(None, {"algo": "td3", "env_id": "InvertedPendulum-v5", "run_dir": str(run),
+                                 "progress": False, "eval_episodes": 1, "td3": {"net": {"hidden": [32, 32]}},
+                                 **values})
+    if trainer == "direct":
+        DirectTrainer(cfg).save()
+    else:
+        hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("export-test"))
+        stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
+        stream.start(None, resume=False, journal=False, journal_fsync=False)
+        stream.save()
+        stream.close()
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+    return run / "checkpoint.pt"
 
 
 def test_export_takes_the_config_next_to_the_checkpoint(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -60,3 +86,30 @@ def test_export_of_a_torch_file_that_is_no_checkpoint_is_one_line_exit_2(tmp_pat
     torch.save({"a": 1}, tmp_path / "ck.pt")
     assert cli.main(["export", str(tmp_path / "ck.pt"), str(tmp_path), "--config", config]) == 2
     assert f"output {tmp_path} is a folder" in capsys.readouterr().err
+
+
+def test_export_offers_only_the_options_that_apply_to_it(capsys) -> None:
+    """It offered train's --demos, --total-steps, --run-dir and --seed (a walkthrough)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["export", "--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--config" in shown and "--set" in shown
+    for flag in ("--demos", "--total-steps", "--run-dir", "--seed", "--env-id"):
+        assert flag not in shown
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["export", "checkpoint.pt", "out.onnx", "--seed", "3"])
+    assert exit_info.value.code == 2
+
+
+def test_the_seed_and_time_feature_in_the_metadata_are_the_checkpoints(tmp_path: Path) -> None:
+    """`--seed 3` wrote seed=3 into a seed-0 policy; a --config of another seed wrote its seed, and
+    one without the run's time feature could not export it at all."""
+    checkpoint = checkpoint_of(tmp_path / "run", seed=3, time_feature=True)
+    other = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    other.update(seed=0, time_feature=False)
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    out = tmp_path / "out.onnx"
+    assert cli.main(["export", str(checkpoint), str(out), "--config", str(tmp_path / "other.yaml")]) == 0
+    meta = load_policy(out).metadata
+    assert (meta.extra["seed"], meta.time_feature, meta.obs_dim) == ("3", True, 5)

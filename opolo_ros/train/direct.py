@@ -192,17 +192,25 @@ def mean_return(episodes: list[Episode] | None) -> float:
     return float(np.mean(returns)) if returns else math.nan
 
 
+def run_facts(cfg: RunConfig, saved: dict[str, object]) -> RunConfig:
+    """`cfg` with the seed and time feature of the run that wrote a checkpoint (its saved config):
+    what the exported policy's metadata says of it, whatever config the networks are built from."""
+    return dataclasses.replace(cfg, seed=int(saved.get("seed", cfg.seed)),
+                               time_feature=bool(saved.get("time_feature", cfg.time_feature)))
+
+
 def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
     """The policy of a checkpoint as ONNX. Only the networks are rebuilt: no demonstrations, replay
     buffer or environment steps (the environment gives the dimensions and the action bounds)."""
     from opolo_ros.sim.tasks import make_task_env
 
+    state = load_checkpoint(checkpoint)
+    cfg = run_facts(cfg, state["config"])
     env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)  # a Gymnasium id or an MJCF file
     obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
     scaler = ActionScaler.from_space(env.action_space)
     env.close()
     learner = make_learner(cfg, obs_dim, act_dim)
-    state = load_checkpoint(checkpoint)
     restore_runner(_LearnerOnly(learner), state, to_dict(cfg), checkpoint,
                    "export it with the run's own config (the config.yaml next to it)")
     return export_actor(learner.actor, scaler, cfg, state["step"], out)
