@@ -113,3 +113,12 @@ def test_the_seed_and_time_feature_in_the_metadata_are_the_checkpoints(tmp_path:
     assert cli.main(["export", str(checkpoint), str(out), "--config", str(tmp_path / "other.yaml")]) == 0
     meta = load_policy(out).metadata
     assert (meta.extra["seed"], meta.time_feature, meta.obs_dim) == ("3", True, 5)
+
+
+@pytest.mark.parametrize("trainer", ["direct", "learner"])
+def test_the_metadata_names_the_trainer_that_wrote_the_checkpoint(tmp_path: Path, trainer: str) -> None:
+    """A learner node's checkpoint was exported as 'opolo_ros direct ...', its own policy.onnx says
+    'opolo_ros learner ...'."""
+    checkpoint = checkpoint_of(tmp_path / "run", trainer)
+    assert cli.main(["export", str(checkpoint), str(tmp_path / "out.onnx")]) == 0
+    assert load_policy(tmp_path / "out.onnx").metadata.source == f"opolo_ros {trainer} td3"

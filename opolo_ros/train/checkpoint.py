@@ -99,6 +99,12 @@ def check_finite(learner: Any, step: int, writing: str) -> None:
 GRAPH_SOURCE = "learner node"  # a checkpoint's "source": written by the learner node (its state differs)
 
 
+def trainer_of(state: dict[str, Any]) -> str:
+    """The trainer that wrote a checkpoint, as a policy's metadata names it (its `source`): "learner"
+    (the learner node's StreamTrainer, which marks its checkpoints) or "direct" (the direct loop)."""
+    return "learner" if state.get("source") == GRAPH_SOURCE else "direct"
+
+
 # Config values that set the shapes of networks, normalisers or replay: a change in one of these is
 # what stops a checkpoint from loading, so they are named first.
 SHAPE_KEYS = ("time_feature", "net.", "normalize_", "schedule.buffer_size", "fused_adam")

@@ -53,6 +53,7 @@ from opolo_ros.train.checkpoint import (
     resume_changes,
     save_checkpoint,
     torch_rng_state,
+    trainer_of,
 )
 from opolo_ros.train.logger import RunLogger, purge_step
 from opolo_ros.train.runfolder import set_aside_previous_run
@@ -213,15 +214,17 @@ def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
     learner = make_learner(cfg, obs_dim, act_dim)
     restore_runner(_LearnerOnly(learner), state, to_dict(cfg), checkpoint,
                    "export it with the run's own config (the config.yaml next to it)")
-    return export_actor(learner.actor, scaler, cfg, state["step"], out)
+    return export_actor(learner.actor, scaler, cfg, state["step"], out, trainer=trainer_of(state))
 
 
-def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, step: int, out: Path) -> Path:
-    """The direct loop's ONNX export of `actor` at env step `step` (checked; a failed check warns)."""
+def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, step: int, out: Path,
+                 trainer: str = "direct") -> Path:
+    """The ONNX export of `actor` at env step `step` (checked; a failed check warns), its metadata
+    naming the `trainer` that trained it: the direct loop's, or a checkpoint's (export_checkpoint)."""
     return export_policy_or_warn(actor, out, DirectTrainer._warn, action_low=scaler.low,
                                  action_high=scaler.high,
                                  metadata=policy_metadata(cfg, training_step=step, version=step,
-                                                          trainer="direct"))
+                                                          trainer=trainer))
 
 
 class DirectTrainer:
