@@ -360,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", help="run config YAML the networks are built from (default: the "
                                          "config.yaml next to the checkpoint)")
         sp.add_argument("--set", action="append", metavar="KEY=VALUE",
-                        help="override a value of the run config (repeatable)")
+                        help="override a value of the run config (repeatable), e.g. --set "
+                             "env_id=path/to/robot.xml where an older checkpoint's MJCF file has moved")
 
     t = sub.add_parser("train", help="train OPOLO with the direct (no-ROS) loop")
     run_args(t)

@@ -122,3 +122,36 @@ def test_the_metadata_names_the_trainer_that_wrote_the_checkpoint(tmp_path: Path
     checkpoint = checkpoint_of(tmp_path / "run", trainer)
     assert cli.main(["export", str(checkpoint), str(tmp_path / "out.onnx")]) == 0
     assert load_policy(tmp_path / "out.onnx").metadata.source == f"opolo_ros {trainer} td3"
+
+
+def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, capsys) -> None:
+    """A run folder moved to another machine: export rebuilt the env and failed with 'MJCF file not
+    found', though only the networks are rebuilt. The checkpoint now holds the sizes and bounds; an
+    older one without them says how to give the file, and takes it under another path."""
+    import gymnasium
+    import torch
+
+    xml = tmp_path / "robot" / "inverted_pendulum.xml"
+    xml.parent.mkdir()
+    xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
+    checkpoint = checkpoint_of(tmp_path / "run", "learner", env_id=str(xml), time_feature=True)
+    moved = tmp_path / "elsewhere" / xml.name
+    moved.parent.mkdir()
+    xml.rename(moved)
+    out = tmp_path / "out.onnx"
+    assert cli.main(["export", str(checkpoint), str(out)]) == 0
+    meta = load_policy(out).metadata
+    assert (meta.env_id, meta.obs_dim, meta.act_dim, meta.time_feature) == (str(xml), 5, 1, True)
+    assert (meta.action_low, meta.action_high) == ((-3.0,), (3.0,))
+
+    state = torch.load(checkpoint, weights_only=False)  # as written before checkpoints held them
+    del state["policy_io"]
+    torch.save(state, checkpoint)
+    capsys.readouterr()
+    assert cli.main(["export", str(checkpoint), str(tmp_path / "old.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert f"{xml} is not there: give the file with --set env_id=path/to/{xml.name}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert cli.main(["export", str(checkpoint), str(tmp_path / "old.onnx"), "--set", f"env_id={moved}"]) == 0
+    again = load_policy(tmp_path / "old.onnx").metadata
+    assert (again.obs_dim, again.action_low, again.action_high) == (5, (-3.0,), (3.0,))

@@ -48,6 +48,7 @@ from opolo_ros.train.checkpoint import (
     changes_note,
     check_finite,
     load_checkpoint,
+    policy_io,
     restore_runner,
     restore_torch_rng,
     resume_changes,
@@ -200,19 +201,50 @@ def run_facts(cfg: RunConfig, saved: dict[str, object]) -> RunConfig:
                                time_feature=bool(saved.get("time_feature", cfg.time_feature)))
 
 
-def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
-    """The policy of a checkpoint as ONNX. Only the networks are rebuilt: no demonstrations, replay
-    buffer or environment steps (the environment gives the dimensions and the action bounds)."""
+def policy_io_of(state: dict, cfg: RunConfig, checkpoint: Path) -> tuple[int, int, ActionScaler]:
+    """The policy's observation and action sizes and action bounds: the checkpoint's record of them,
+    or, for a checkpoint written before checkpoints held them, the task's environment (an MJCF
+    task's file, which a run folder moved to another machine may have left behind)."""
+    from opolo_ros.sim.task_ids import is_mjcf
     from opolo_ros.sim.tasks import make_task_env
 
+    io = state.get("policy_io")
+    if io is not None:
+        return int(io["obs_dim"]), int(io["act_dim"]), ActionScaler(np.array(io["action_low"]),
+                                                                      np.array(io["action_high"]))
+    if is_mjcf(cfg.env_id) and not Path(cfg.env_id).is_file():
+        raise FileNotFoundError(f"checkpoint {checkpoint} does not record the policy's sizes and action "
+                                f"bounds (written before checkpoints did), so export takes them from the "
+                                f"task's MJCF file, and {cfg.env_id} is not there: give the file with "
+                                f"--set env_id=path/to/{Path(cfg.env_id).name}")
+    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)  # a Gymnasium id or an MJCF file
+    try:
+        return (int(env.observation_space.shape[0]), int(env.action_space.shape[0]),
+                ActionScaler.from_space(env.action_space))
+    finally:
+        env.close()
+
+
+def restore_config(cfg: RunConfig, saved: dict) -> dict[str, object]:
+    """`cfg` as a checkpoint's config is compared with on export: an MJCF file given by another path
+    than the run's (the run folder moved to another machine) is the run's task when its file name is."""
+    from opolo_ros.sim.task_ids import same_task_name
+
+    config = to_dict(cfg)
+    if same_task_name(str(saved["env_id"]), cfg.env_id):
+        config["env_id"] = saved["env_id"]
+    return config
+
+
+def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
+    """The policy of a checkpoint as ONNX. Only the networks are rebuilt: no demonstrations, replay
+    buffer, environment steps, nor environment (the checkpoint records the sizes and action bounds;
+    an older one without them takes them from the environment)."""
     state = load_checkpoint(checkpoint)
     cfg = run_facts(cfg, state["config"])
-    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)  # a Gymnasium id or an MJCF file
-    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    scaler = ActionScaler.from_space(env.action_space)
-    env.close()
+    obs_dim, act_dim, scaler = policy_io_of(state, cfg, checkpoint)
     learner = make_learner(cfg, obs_dim, act_dim)
-    restore_runner(_LearnerOnly(learner), state, to_dict(cfg), checkpoint,
+    restore_runner(_LearnerOnly(learner), state, restore_config(cfg, state["config"]), checkpoint,
                    "export it with the run's own config (the config.yaml next to it)")
     return export_actor(learner.actor, scaler, cfg, state["step"], out, trainer=trainer_of(state))
 
@@ -276,6 +308,8 @@ class DirectTrainer:
             "best_return": self.best_return,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "eval_due": self.eval_due,
+            "policy_io": policy_io(self.learner.obs_dim, self.learner.act_dim, self.scaler.low,
+                                   self.scaler.high),
         })
 
     def restore(self, path: Path | None = None) -> None:

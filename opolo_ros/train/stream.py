@@ -46,6 +46,7 @@ from opolo_ros.train.checkpoint import (
     changes_note,
     check_finite,
     load_checkpoint,
+    policy_io,
     restore_runner,
     restore_torch_rng,
     resume_changes,
@@ -414,6 +415,7 @@ class StreamTrainer:
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
             "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
+            "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high),
         })
         if self.journal is not None:
             self.journal.truncate(self.step)
