@@ -142,6 +142,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from opolo_ros.train.checkpoint import load_checkpoint
     from opolo_ros.train.direct import export_checkpoint
 
     checkpoint, output = Path(args.checkpoint), Path(args.output)
@@ -155,13 +156,14 @@ def cmd_export(args: argparse.Namespace) -> int:
                             (checkpoint.exists() and output.resolve() == checkpoint.resolve())):
         raise ValueError(f"output {args.output} exists and is no ONNX file to replace (the checkpoint "
                          "or another file of the run?); give a .onnx path")
+    state = load_checkpoint(checkpoint)  # a file that is no checkpoint says so before a config is sought
     if args.config is None:  # the run's own config, which its folder keeps next to the checkpoint
         saved = checkpoint.parent / "config.yaml"
         if not saved.is_file():
             raise FileNotFoundError(f"no --config given and no {saved} (the run folder's config) "
                                     "next to the checkpoint")
         args.config = str(saved)
-    path = export_checkpoint(_config(args), checkpoint, Path(args.output))
+    path = export_checkpoint(_config(args), checkpoint, output, state)
     print(f"exported {path}")
     return 0
 

@@ -155,3 +155,27 @@ def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, 
     assert cli.main(["export", str(checkpoint), str(tmp_path / "old.onnx"), "--set", f"env_id={moved}"]) == 0
     again = load_policy(tmp_path / "old.onnx").metadata
     assert (again.obs_dim, again.action_low, again.action_high) == (5, (-3.0,), (3.0,))
+
+
+def test_a_file_that_is_no_checkpoint_says_what_it_is_in_one_line(tmp_path: Path, capsys) -> None:
+    """An ONNX policy given as the checkpoint said 'UnpicklingError: invalid load key' (a walkthrough),
+    without a config.yaml next to it 'no --config given'; a text file 'Memo value not found'."""
+    run = tmp_path / "run"
+    checkpoint_of(run)
+    policy = run / "policy.onnx"
+    policy.write_bytes((ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx").read_bytes())
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "noise.bin").write_bytes(bytes(range(256)) * 4)
+    shipped = ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx"  # no config.yaml beside it
+    onnx_policy = f"{policy} is an ONNX policy, not a checkpoint (a run folder's checkpoint.pt)"
+    for given, said in ((policy, onnx_policy),
+                        (shipped, f"{shipped} is an ONNX policy, not a checkpoint"),
+                        (run / "config.yaml", "config.yaml is a text file, not a checkpoint"),
+                        (tmp_path / "empty.pt", "cannot be read (the file is empty)"),
+                        (tmp_path / "noise.bin", "cannot be read (not a torch file: a damaged checkpoint, "
+                                                 "or another kind of file)")):
+        assert cli.main(["export", str(given), str(tmp_path / "out.onnx")]) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, err
+        assert "Error" not in err, err  # no exception names: what the file is instead
+    assert not (tmp_path / "out.onnx").exists()

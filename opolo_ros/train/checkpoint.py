@@ -45,8 +45,8 @@ def load_checkpoint(path: str | Path, start_over: str = "") -> dict[str, Any]:
     how = f"; {start_over}" if start_over else ""
     try:
         state = torch.load(path, weights_only=False, map_location="cpu")
-    except Exception as exc:  # corrupt or truncated file
-        raise CheckpointError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}){how}") from exc
+    except Exception as exc:  # corrupt or truncated, or no torch file at all
+        raise CheckpointError(f"{unreadable(path, exc)}{how}") from exc
     config = state.get("config") if isinstance(state, dict) else None
     if not (isinstance(config, dict) and {"env_id", "algo"} <= config.keys()
             and {"step", "runner"} <= state.keys()):
@@ -54,6 +54,47 @@ def load_checkpoint(path: str | Path, start_over: str = "") -> dict[str, Any]:
                               f"{type(state).__name__}, without the 'config', 'step' and 'runner' entries "
                               f"a training run writes){how}")
     return state
+
+
+TORCH_MAGIC = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive, its legacy pickle format
+
+
+def unreadable(path: Path, exc: Exception) -> str:
+    """Why torch cannot load `path`, in one line: the error of a torch file (a corrupt or truncated
+    checkpoint); what the file is instead for the rest (an ONNX policy, a text file, nothing)."""
+    with path.open("rb") as f:
+        head = f.read(512)
+    if head.startswith(TORCH_MAGIC):
+        return f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc})"
+    if is_onnx_model(path, head):
+        return f"{path} is an ONNX policy, not a checkpoint (a run folder's checkpoint.pt)"
+    if not head:
+        return f"checkpoint {path} cannot be read (the file is empty)"
+    if _is_text(head):
+        return f"{path} is a text file, not a checkpoint (a run folder's checkpoint.pt)"
+    return (f"checkpoint {path} cannot be read (not a torch file: a damaged checkpoint, or another kind "
+            "of file)")
+
+
+def is_onnx_model(path: Path, head: bytes) -> bool:
+    """Whether `path` holds an ONNX model with a graph (it begins with its ir_version field)."""
+    if not head.startswith(b"\x08"):
+        return False
+    try:
+        import onnx
+
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # ImportError, or protobuf's DecodeError for anything else
+        return False
+    return model.ir_version > 0 and len(model.graph.node) > 0
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:  # a character cut by the end of `head` is still text
+        return err.start >= len(head) - 3 and b"\x00" not in head
+    return b"\x00" not in head
 
 
 def torch_rng_state() -> dict[str, Any]:

@@ -236,11 +236,12 @@ def restore_config(cfg: RunConfig, saved: dict) -> dict[str, object]:
     return config
 
 
-def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path) -> Path:
-    """The policy of a checkpoint as ONNX. Only the networks are rebuilt: no demonstrations, replay
-    buffer, environment steps, nor environment (the checkpoint records the sizes and action bounds;
-    an older one without them takes them from the environment)."""
-    state = load_checkpoint(checkpoint)
+def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path, state: dict | None = None) -> Path:
+    """The policy of a checkpoint (`state`: its content, loaded already) as ONNX. Only the networks
+    are rebuilt: no demonstrations, replay buffer, environment steps, nor environment (the
+    checkpoint records the sizes and action bounds; an older one without them takes them from the
+    environment)."""
+    state = load_checkpoint(checkpoint) if state is None else state
     cfg = run_facts(cfg, state["config"])
     obs_dim, act_dim, scaler = policy_io_of(state, cfg, checkpoint)
     learner = make_learner(cfg, obs_dim, act_dim)
