@@ -179,3 +179,14 @@ def test_a_file_that_is_no_checkpoint_says_what_it_is_in_one_line(tmp_path: Path
         assert said in err and len(err.strip().splitlines()) == 1, err
         assert "Error" not in err, err  # no exception names: what the file is instead
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_run_trained_on_a_gpu_exports_on_a_machine_without_one(tmp_path: Path) -> None:
+    """Its config's device: cuda stopped the export ('torch sees no CUDA device'), though the
+    checkpoint is loaded onto the CPU and the export runs there."""
+    checkpoint = checkpoint_of(tmp_path / "run")
+    config = tmp_path / "run" / "config.yaml"
+    config.write_text(config.read_text().replace("device: cpu", "device: cuda"))
+    assert "device: cuda" in config.read_text()
+    assert cli.main(["export", str(checkpoint), str(tmp_path / "out.onnx")]) == 0
+    assert load_policy(tmp_path / "out.onnx").metadata.obs_dim == 4

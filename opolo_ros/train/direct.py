@@ -244,7 +244,8 @@ def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path, state: dict |
     state = load_checkpoint(checkpoint) if state is None else state
     cfg = run_facts(cfg, state["config"])
     obs_dim, act_dim, scaler = policy_io_of(state, cfg, checkpoint)
-    learner = make_learner(cfg, obs_dim, act_dim)
+    # on the CPU, where the checkpoint is loaded: a run trained on a GPU exports on a machine without one
+    learner = make_learner(dataclasses.replace(cfg, device="cpu"), obs_dim, act_dim)
     restore_runner(_LearnerOnly(learner), state, restore_config(cfg, state["config"]), checkpoint,
                    "export it with the run's own config (the config.yaml next to it)")
     return export_actor(learner.actor, scaler, cfg, state["step"], out, trainer=trainer_of(state))
