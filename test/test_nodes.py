@@ -670,6 +670,25 @@ def test_a_node_that_fails_its_work_exits_1(tmp_path, ros_domain_id, ros_node):
     assert status == 1 and not (tmp_path / "bag").exists()
 
 
+def test_record_expert_on_a_robot_model_records_no_return(tmp_path, ros_domain_id, capfd):
+    """An MJCF task has no reward: its episodes' returns are unknown (NaN, as everywhere else for a
+    robot model), not 0.0 ("return 0.0 +- 0.0", a walkthrough)."""
+    import gymnasium
+
+    from opolo_ros.launch_runner import launch_command
+
+    xml = tmp_path / "arm.xml"
+    xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
+    expert = onnx_policy(tmp_path / "expert.onnx", [2 / 3, 20 / 3, 1 / 3, 1 / 3], env=str(xml))
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"sim_bridge": {"ros__parameters": {"max_episode_steps": 30}}}))
+    assert launch_command("record_expert", [f"env:={xml}", f"model:={expert}", "episodes:=2",
+                                            f"output:={tmp_path / 'bag'}", f"params_file:={params}"]) == 0
+    assert "wrote 2 episodes (no reward: an MJCF task)" in capfd.readouterr().err
+    episodes = read_demonstrations(tmp_path / "bag")
+    assert [len(ep.obs) for ep in episodes] == [31, 31] and all(np.isnan(ep.ret) for ep in episodes)
+
+
 def test_record_expert_launch_names_its_launch_file_at_the_end(tmp_path, ros_domain_id, capfd):
     from opolo_ros.launch_runner import launch_command
 

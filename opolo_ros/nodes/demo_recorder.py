@@ -29,6 +29,7 @@ from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
 from opolo_ros.ros.subscribe import subscribe
+from opolo_ros.sim.task_ids import is_mjcf
 
 STORAGES = ("mcap", "sqlite3")
 LOG_THROTTLE_S = 1.0  # rejected messages: one log line per second at most
@@ -150,7 +151,8 @@ class DemoRecorder(FinishableNode):
 
     def _end_episode(self, terminated: bool) -> None:
         k = len(self.episodes)
-        episode = Episode(np.stack(self._states), self._return, {"terminated": terminated})
+        ret = float("nan") if is_mjcf(self.env_id) else self._return  # a robot model has no reward
+        episode = Episode(np.stack(self._states), ret, {"terminated": terminated})
         self.episodes.append(episode)
         self._states, self._return = [], 0.0
         if self.demo_pub is not None:
@@ -172,8 +174,9 @@ class DemoRecorder(FinishableNode):
             metadata["seed"] = self.seed
         self.bag = write_demonstrations(self.output, self.episodes, storage=self.storage, metadata=metadata)
         returns = np.array([ep.ret for ep in self.episodes])
-        self.get_logger().info(f"wrote {len(self.episodes)} episodes (return {returns.mean():.1f} +- "
-                               f"{returns.std():.1f}) to {self.bag} ({self.storage})")
+        said = ("no reward: an MJCF task" if np.isnan(returns).all() else
+                f"return {returns.mean():.1f} +- {returns.std():.1f}")
+        self.get_logger().info(f"wrote {len(self.episodes)} episodes ({said}) to {self.bag} ({self.storage})")
         self.finished.set()
 
 
