@@ -82,8 +82,9 @@ class TopicRecorder(FinishableNode):
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
         topics = [p["topics"]] if isinstance(p["topics"], str) else p["topics"]
         if not isinstance(topics, list) or not topics or not all(isinstance(t, str) and t for t in topics):
-            raise ParameterError("parameter 'topics' must name at least one topic, got "
-                                 f"{topics!r} (e.g. -p topics:=[/joint_states])")
+            got = "none" if not topics else repr(topics)  # -p topics:=[] comes as None
+            raise ParameterError(f"parameter 'topics' must name at least one topic, got {got} (e.g. "
+                                 "-p topics:=[/joint_states])")
         try:
             self.topics = [self.resolve_topic_name(t) for t in topics]
         except Exception as err:  # rclpy's InvalidTopicNameException, several lines
