@@ -46,7 +46,8 @@ PARAMETERS: dict[str, tuple] = {
                    "working folder, as ros2 bag record names it"),
     "storage": ("sqlite3", "rosbag2 storage: sqlite3 (flushed every flush_period_s: a crash loses only "
                            "the messages since) or mcap (readable only once the recording ends)"),
-    "flush_period_s": (1.0, "sqlite3: commit the messages to disk this often; 0 = only at the end"),
+    "flush_period_s": (1.0, "sqlite3: commit the messages to disk this often; 0 = only at the end (the "
+                            "whole recording is held in memory until then, and lost with the process)"),
     "duration_s": (0.0, "stop after this many seconds from the first subscription; 0 = until a signal"),
     "max_messages": (0, "stop after this many messages (all topics together); 0 = no limit"),
     "discovery_timeout_s": (0.0, "give up (status 1) when a topic has no publisher this many seconds "
