@@ -1,4 +1,5 @@
-"""`opolo-ros` command: train | train-expert | evaluate | export | record | launch | queue | bench.
+"""`opolo-ros` command: train | train-expert | evaluate | export | record | record-topics | info |
+launch | queue | bench.
 
 Every command gives a one-line error and exit status 2 on bad input (missing or corrupt files,
 bad YAML, unknown or wrong-typed keys, models of the wrong dimensions), never a traceback.
@@ -256,6 +257,15 @@ def cmd_record_topics(args: argparse.Namespace) -> int:
     return run_node(TopicRecorder, ["topic_recorder", "--ros-args", *ros_args])
 
 
+def cmd_info(args: argparse.Namespace) -> int:
+    from opolo_ros.info import info_lines
+
+    options = {"topic": args.topic, "joints": args.joints, "fields": args.fields,
+               "episode_gap_s": args.episode_gap}
+    print("\n".join(info_lines(Path(args.path), options)))
+    return 0
+
+
 def cmd_launch(args: argparse.Namespace) -> int:
     from opolo_ros.launch_runner import launch_command
 
@@ -420,6 +430,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fail (status 1) if a topic has no publisher after this many seconds "
                          "(default: wait for ever)")
     rt.set_defaults(func=cmd_record_topics)
+
+    inf = sub.add_parser("info", help="what an ONNX policy (inputs, outputs, task), an MJCF model (joints, "
+                                      "actuators, control period) or a bag / .npz (topics, episodes) holds")
+    inf.add_argument("path", help="a .onnx policy, a .xml MJCF model, a rosbag2 bag (folder or storage "
+                                  "file), a folder of bags, or a .npz of episodes")
+    inf.add_argument("--topic", default="", help="demonstrations: the bag's topic (default: the "
+                                                 "demonstration topic, else the only observation topic)")
+    inf.add_argument("--joints", default="", help="demonstrations: JointState joint names in policy order")
+    inf.add_argument("--fields", default="position,velocity", help="demonstrations: JointState fields")
+    inf.add_argument("--episode-gap", dest="episode_gap", type=float, default=0.5,
+                     help="demonstrations: seconds between messages that split a stream into episodes")
+    inf.set_defaults(func=cmd_info)
 
     la = sub.add_parser("launch", help="run a launch file's node graph in one process (without ros2 launch)")
     la.add_argument("name", help="launch file: sim_train, record_expert, deploy (or a path)")

@@ -518,6 +518,28 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
         reader.close()
 
 
+def bag_topics(path: str | Path) -> list[tuple[Path, list[tuple[str, str, int]]]]:
+    """Each bag under `path` (as :func:`read_demonstrations` finds them) with its topics: (name,
+    message type, message count), sorted by name. BagError for what is no readable bag."""
+    from rosbags.rosbag2 import Reader
+
+    out = []
+    for bag in _bag_paths(Path(path)):
+        _roll_back_hot_journals(bag)
+        reader = Reader(bag)
+        try:
+            reader.open()
+        except Exception as err:
+            raise BagError(f"{bag}: not a readable rosbag2 bag ({_one_line(err)})") from None
+        try:
+            topics = [(name, info.msgtype or "<mixed types>", int(info.msgcount))
+                      for name, info in sorted(reader.topics.items())]
+        finally:
+            reader.close()
+        out.append((bag, topics))
+    return out
+
+
 def _roll_back_hot_journals(bag: Path) -> None:
     """An sqlite3 storage file left by a killed writer may have its rollback journal beside it
     (``<file>.db3-journal``): rosbags opens storage files immutable, which ignores the journal and can

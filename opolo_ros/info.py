@@ -1,0 +1,108 @@
+"""``opolo-ros info PATH``: what a policy, a robot model, or a demonstration file holds.
+
+A robotics engineer's first questions before deploying or training: which inputs does this ONNX
+policy take and in which order, which joints and actuators does this MJCF model give a policy, and
+which topics and episodes does this bag hold. One function per kind of file; each returns the lines
+to print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from opolo_ros.data.demos import Episode
+
+
+def info_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
+    """The description of `path` by its kind: .onnx, .xml (MJCF), .npz, else a rosbag2 bag."""
+    if not path.exists():
+        raise FileNotFoundError(f"not found: {path}")
+    if path.suffix == ".onnx":
+        return policy_lines(path)
+    if path.suffix.lower() == ".xml":
+        return mjcf_lines(path)
+    return demonstration_lines(path, demo_options)
+
+
+def _values(values: Sequence[float]) -> str:
+    return "[" + ", ".join(f"{v:g}" for v in values) + "]"
+
+
+def policy_lines(path: Path) -> list[str]:
+    from opolo_ros.export.onnx_policy import REQUIRED_KEYS, load_policy
+
+    meta = load_policy(path).metadata
+    inputs = f"{meta.obs_dim} values"
+    if meta.time_feature:
+        inputs += (f" (the last is the time feature 1 - t/T: deploy with time_feature_clock:=T, the "
+                   f"training episode length, and {meta.obs_dim - 1} observation values)")
+    lines = [f"ONNX policy {path}",
+             f"  trained on: {meta.env_id} (step {meta.training_step}, version {meta.version}, "
+             f"{meta.source})",
+             f"  input 'obs': {inputs}",
+             f"  output 'action': {meta.act_dim} values within low {_values(meta.action_low)}, "
+             f"high {_values(meta.action_high)}"]
+    extra = {k: v for k, v in meta.extra.items() if k not in REQUIRED_KEYS and k != "time_feature"}
+    lines += [f"  {key}: {value}" for key, value in sorted(extra.items())]
+    return lines
+
+
+def mjcf_lines(path: Path) -> list[str]:
+    import mujoco
+
+    from opolo_ros.sim.tasks import MjcfEnv
+
+    env = MjcfEnv(path)
+    names = env.joints[0]
+    low, high = env.action_space.low, env.action_space.high
+    actuators = [mujoco.mj_id2name(env.model, mujoco.mjtObj.mjOBJ_ACTUATOR, a) or f"actuator{a}"
+                 for a in range(env.model.nu)]
+    lines = [f"MJCF model {path}",
+             f"  observation: {2 * len(names)} values: the positions of {', '.join(names)}, then their "
+             "velocities",
+             f"  action: {len(actuators)} values: "
+             + ", ".join(f"{a} [{lo:g}, {hi:g}]" for a, lo, hi in zip(actuators, low, high)),
+             f"  control period: {env.dt:g} s ({1 / env.dt:g} Hz)",
+             f"  JointState demonstrations / deploy: demos_joints:={','.join(names)} / "
+             f"joints:={','.join(names)}"]
+    lines += [f"  note: {note}" for note in env.notes]
+    env.close()
+    return lines
+
+
+def _episode_lines(episodes: list[Episode]) -> list[str]:
+    lengths = [len(ep.obs) for ep in episodes]
+    returns = np.array([ep.ret for ep in episodes], dtype=np.float64)
+    known = returns[~np.isnan(returns)]
+    said = (f"returns {', '.join(f'{r:.1f}' for r in returns)}" if known.size == returns.size
+            else "returns unknown" if not known.size
+            else f"returns {known.size} known, mean {known.mean():.1f}")
+    return [f"  demonstrations: {len(episodes)} episodes of obs_dim {episodes[0].obs.shape[1]}, "
+            f"{sum(lengths) - len(lengths)} transitions (states per episode: "
+            f"{', '.join(map(str, lengths[:20]))}{', ...' if len(lengths) > 20 else ''}); {said}"]
+
+
+def demonstration_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
+    from opolo_ros.data.demos import load_episodes
+
+    lines = []
+    if path.suffix != ".npz":
+        from opolo_ros.data.bags import bag_topics, read_bag_metadata
+
+        for bag, topics in bag_topics(path):
+            lines.append(f"rosbag2 bag {bag}")
+            lines += [f"  {name} [{kind}]: {count} messages" for name, kind, count in topics]
+            if bag.is_dir():
+                custom = read_bag_metadata(bag)
+                lines += [f"  {key}: {value}" for key, value in sorted(custom.items())
+                          if key in ("env_id", "expert", "seed", "source")]
+    else:
+        lines.append(f"demonstration file {path}")
+    try:
+        episodes = load_episodes(path, **demo_options)  # type: ignore[arg-type]
+    except ValueError as err:  # BagError: which topic or option would make it readable
+        return [*lines, f"  demonstrations: none read ({err})"]
+    return lines + _episode_lines(episodes)

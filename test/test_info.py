@@ -1,0 +1,71 @@
+"""`opolo-ros info`: what a policy, an MJCF model and a demonstration file hold, from the files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opolo_ros import cli
+from opolo_ros.data.demos import Episode, save_npz
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def info(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert cli.main(["info", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_policy_names_its_task_inputs_and_bounds(capsys) -> None:
+    out = info(capsys, str(ROOT / "models" / "experts" / "Hopper-v5.onnx"))
+    assert "trained on: Hopper-v5 (step " in out
+    assert ("input 'obs': 12 values (the last is the time feature 1 - t/T: deploy with "
+            "time_feature_clock:=T, the training episode length, and 11 observation values)") in out
+    assert "output 'action': 3 values within low [-1, -1, -1], high [1, 1, 1]" in out
+
+
+def test_an_mjcf_model_lists_the_joints_actuators_and_control_period(capsys, tmp_path) -> None:
+    import gymnasium
+
+    xml = tmp_path / "arm.xml"
+    xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
+    out = info(capsys, str(xml))
+    assert "observation: 4 values: the positions of slider, hinge, then their velocities" in out
+    assert "action: 1 values: slide [-3, 3]" in out
+    assert "control period: 0.02 s (50 Hz)" in out
+    assert "demos_joints:=slider,hinge / joints:=slider,hinge" in out
+
+
+def test_a_bag_lists_its_topics_metadata_and_episodes(capsys) -> None:
+    out = info(capsys, str(ROOT / "models" / "demos" / "InvertedPendulum-v5"))
+    assert "/opolo/demonstrations [std_msgs/msg/Float32MultiArray]: 4 messages" in out
+    assert "env_id: InvertedPendulum-v5" in out
+    assert ("demonstrations: 4 episodes of obs_dim 4, 4000 transitions (states per episode: 1001, 1001, "
+            "1001, 1001); returns 1000.0, 1000.0, 1000.0, 1000.0") in out
+
+
+def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    path = tmp_path / "demos.npz"
+    save_npz(path, [Episode(rng.normal(size=(5 + k, 3)), float("nan")) for k in range(2)])
+    out = info(capsys, str(path))
+    assert ("demonstrations: 2 episodes of obs_dim 3, 9 transitions (states per episode: 5, 6); "
+            "returns unknown") in out
+    from test_bags import F32, _stream, _write_stream
+
+    two = _write_stream(tmp_path / "two", {"/a": (F32, _stream(np.zeros((3, 2)))),
+                                           "/b": (F32, _stream(np.ones((4, 2))))})
+    out = info(capsys, str(two))
+    assert "/a [std_msgs/msg/Float32MultiArray]: 3 messages" in out
+    assert "demonstrations: none read (" in out and "several observation topics" in out
+    assert "demonstrations: 1 episodes of obs_dim 2, 3 transitions" in info(capsys, str(two), "--topic", "/b")
+
+
+def test_what_is_not_there_or_no_known_file_is_one_line_and_status_2(capsys, tmp_path) -> None:
+    assert cli.main(["info", str(tmp_path / "missing.onnx")]) == 2
+    assert capsys.readouterr().err.strip() == f"opolo-ros info: error: not found: {tmp_path / 'missing.onnx'}"
+    (tmp_path / "notes.txt").write_text("hello")
+    assert cli.main(["info", str(tmp_path / "notes.txt")]) == 2
+    assert "is not a rosbag2 bag" in capsys.readouterr().err
