@@ -352,7 +352,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="opolo-ros", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="opolo-ros", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = p.add_subparsers(dest="command", required=True)
 
     def run_args(sp: argparse.ArgumentParser) -> None:
