@@ -125,6 +125,11 @@ def _mjcf_joints(env: str, overrides: dict, learner_file: dict) -> str:
     given = str(overrides.get("demos_joints") or learner_file.get("demos_joints") or "")
     names = [j.strip() for j in given.split(",") if j.strip()]
     if not names:
+        from opolo_ros.data.bags import JOINT_STATE, demonstration_type
+
+        topic = str(overrides.get("demos_topic") or learner_file.get("demos_topic") or "") or None
+        if demonstration_type(overrides["demos"], topic) != JOINT_STATE:
+            return ""  # arrays (or an .npz) are the observation as they are
         overrides["demos_joints"] = ",".join(model)
         return (f" (an MJCF robot's JointState bag is read by the model's joint names, {','.join(model)}: "
                 "a bag whose joints are named otherwise needs demos_joints:=<its names, in the model's "

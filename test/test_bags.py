@@ -699,3 +699,15 @@ def test_an_episode_with_absurd_finite_values_is_refused() -> None:
         Episode(obs, 1.0)
     obs[2, 1] = 1e9  # large, fine
     Episode(obs, 1.0)
+
+
+def test_joints_for_an_array_topic_are_refused_not_ignored(tmp_path: Path) -> None:
+    """demos_joints select from a JointState; for an array topic they selected nothing and the
+    whole array was read without a word (a walkthrough)."""
+    bag = _write_stream(tmp_path / "arrays", {"/obs": (F32, _stream(np.zeros((3, 4))))})
+    with pytest.raises(BagError, match=r"topic /obs has type std_msgs/msg/Float32MultiArray: joints "
+                                       r"\(demos_joints\) select from a sensor_msgs/msg/JointState only"):
+        read_demonstrations(bag, joints=["shoulder", "elbow"])
+    assert len(read_demonstrations(bag)) == 1
+    assert bags.demonstration_type(bag) == F32 and bags.demonstration_type(bag, "obs") == F32
+    assert bags.demonstration_type(tmp_path / "x.npz") is None

@@ -347,7 +347,7 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
     import gymnasium
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_bags import JS, SEC, _joint_state, _write_stream, robot_bag
+    from test_bags import F32, JS, SEC, _joint_state, _stream, _write_stream, robot_bag
 
     bag, _ = robot_bag(tmp_path / "robot")
     keys = {"demos_topic": "/joint_states", "demos_joints": "shoulder,elbow",
@@ -382,6 +382,10 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
                                          r"order than the model's, slider,hinge"):
         parameters([f"env:={xml}", f"demos:={arm_bag}", "demos_joints:=hinge,slider",
                     f"run_dir:={tmp_path / 'c2'}"])
+    # an array stream of the robot's observations is read as it is (no joints to select)
+    arrays = _write_stream(tmp_path / "arm_arrays", {"/obs": (F32, _stream(np.zeros((5, 4))))})
+    learner, player = parameters([f"env:={xml}", f"demos:={arrays}", f"run_dir:={tmp_path / 'c3'}"])
+    assert learner["demos_joints"] == player["bag_joints"] == ""
     # ... and a bag whose joints are named otherwise says how to map them
     other = [(SEC + k * SEC // 50, _joint_state(["j1", "j2"], [0.1 * k, 0.0], [k, 0.0])) for k in range(5)]
     other_bag = _write_stream(tmp_path / "other_bag", {"/joint_states": (JS, other)})

@@ -492,6 +492,9 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
             raise BagError(f"{bag}: topic {topic} has type {msgtype}; expected one of "
                            f"{', '.join(STREAM_TYPES)} (or name the fields that make the observation: "
                            "obs_field=..., the config key demos_obs_field)")
+        if src_args["joints"] is not None and msgtype != JOINT_STATE:  # they would select nothing
+            raise BagError(f"{bag}: topic {topic} has type {msgtype}: joints (demos_joints) select "
+                           f"from a {JOINT_STATE} only; leave them empty for this topic")
         src = _Source(msgtype=msgtype, **src_args)
         conns = [c for c in reader.connections if c.topic == topic]
         store = _typestore()
@@ -516,6 +519,21 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
                        f"{_one_line(err)})") from None
     finally:
         reader.close()
+
+
+def demonstration_type(path: str | Path, topic: str | None = None) -> str | None:
+    """The message type :func:`read_demonstrations` reads from `path` (its first bag's `topic`, or
+    the topic it would choose); None for an .npz or where it cannot tell (its own errors come when
+    the bag is read)."""
+    path = Path(path)
+    if path.suffix == ".npz" or not path.exists():
+        return None
+    try:
+        topics = dict((name, kind) for name, kind, _ in bag_topics(path)[0][1])
+        chosen = topic or _choose_topic(topics, path)
+    except (BagError, IndexError):
+        return None
+    return topics.get(chosen) or topics.get(f"/{chosen}")
 
 
 def bag_topics(path: str | Path) -> list[tuple[Path, list[tuple[str, str, int]]]]:
