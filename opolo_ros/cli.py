@@ -283,28 +283,22 @@ def seconds_value(text: str) -> float:
     return value
 
 
-def count_value(text: str) -> int:
-    """A count option: an integer >= 0 (0 = no limit)."""
+def count_value(text: str, zero: str = " (0 = no limit)", most: int | None = None) -> int:
+    """A count option: an integer >= 0 (0 = no limit), at most `most` if given."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative (0 = no limit), got {value}")
+        raise argparse.ArgumentTypeError(f"must not be negative{zero}, got {value}")
+    if most is not None and value > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most}, got {value}")
     return value
 
 
 def seed_value(text: str) -> int:
     """A --seed: an integer >= 0 (Gymnasium refuses a negative one, deep in the first reset)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    if value > SEED_MAX:
-        raise argparse.ArgumentTypeError(f"must be at most {SEED_MAX}, got {value}")
-    return value
+    return count_value(text, zero="", most=SEED_MAX)
 
 
 def _drop_stdout() -> None:
