@@ -15,6 +15,7 @@ from opolo_ros.export.onnx_policy import (
     OnnxPolicy,
     PolicyExportError,
     PolicyLoadError,
+    PolicyMetadata,
     export_policy,
     load_policy,
 )
@@ -90,6 +91,21 @@ def test_metadata_round_trip(exported) -> None:
     assert np.array_equal(np.float32(meta.action_high), HIGH)
     assert (meta.training_step, meta.version, meta.source) == (12345, 7, "test")
     assert dict(meta.extra) == {"seed": "3", "run": "runs/x"}
+
+
+def test_the_control_period_is_optional_and_checked() -> None:
+    """A model says the control period it was trained at (control_period_s); older ones, the
+    shipped experts among them, do not, and a value that is no period is refused in one line."""
+    props = PolicyMetadata("Hopper-v5", 1, 1, (-1.0,), (1.0,)).to_props()
+    meta = PolicyMetadata.from_props({**props, "control_period_s": "0.04"})
+    assert (meta.control_period_s, meta.control_rate_hz) == (0.04, 25.0)
+    assert PolicyMetadata.from_props(props).control_period_s is None
+    shipped = Path(__file__).resolve().parents[1] / "models" / "experts" / "InvertedPendulum-v5.onnx"
+    assert load_policy(shipped).metadata.control_rate_hz is None
+    for bad in ("0", "-0.01", "nan", "inf", "fast"):
+        with pytest.raises(PolicyLoadError) as exc:
+            PolicyMetadata.from_props({**props, "control_period_s": bad}, "p.onnx")
+        assert_one_line(exc, "p.onnx", "control_period_s must be a finite number of seconds > 0", bad)
 
 
 def test_load_from_bytes(exported) -> None:

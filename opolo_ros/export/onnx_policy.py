@@ -3,7 +3,8 @@
 The exported graph maps `obs` float32 [batch, obs_dim] to `action` float32 [batch, act_dim] in the
 environment's own units: observation normalisation, the actor and the rescaling from [-1, 1] to the
 action bounds are all inside it, so a robot needs only onnxruntime and numpy to run it. The model
-carries its metadata (dims, bounds, env id, training step, version, source) as ONNX `metadata_props`.
+carries its metadata (dims, bounds, env id, training step, version, source; optionally the control
+period it was trained at) as ONNX `metadata_props`.
 
 Loading uses onnxruntime alone (torch and onnx are imported lazily by the exporter), so the actor node
 on a robot does not pay for importing torch; its hot swap by weight copy (graph_weights.py) parses
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import stat
 import uuid
@@ -37,6 +39,9 @@ OPSET = 17
 # Keys written by the exporter and required by the loader.
 REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "training_step", "version",
                  "source")
+# Optional: seconds of simulated time per training env step (the env's dt). Models exported before it
+# existed, the shipped experts among them, lack it.
+CONTROL_PERIOD_KEY = "control_period_s"
 # ORT and PyTorch use different kernels (GEMM blocking, tanh approximation). The exported graph is
 # checked against the exact (float64) evaluation of the PyTorch policy: on each verification input
 # it may be off by VERIFY_TOL plus ROUNDING_FACTOR times PyTorch's own float32 error on that input.
@@ -88,6 +93,19 @@ class PolicyMetadata:
         """Whether the policy expects the time feature 1 - t/T as its last input."""
         return str(self.extra.get("time_feature", "0")).strip().lower() in ("1", "true", "yes")
 
+    @property
+    def control_period_s(self) -> float | None:
+        """Seconds per control step the policy was trained at (the env's dt); None when the model
+        does not say (exported before the key existed). :meth:`from_props` checked the value."""
+        value = self.extra.get(CONTROL_PERIOD_KEY)
+        return None if value is None else float(value)
+
+    @property
+    def control_rate_hz(self) -> float | None:
+        """The training control rate, 1 / :attr:`control_period_s`; None when the model does not say."""
+        period = self.control_period_s
+        return None if period is None else 1.0 / period
+
     def to_props(self) -> dict[str, str]:
         props = {
             "env_id": self.env_id,
@@ -136,7 +154,21 @@ class PolicyMetadata:
                 and (bounds[0] <= bounds[1]).all()):
             raise PolicyLoadError(f"{origin}: metadata action bounds must be finite float32 values with "
                                   f"low <= high, got low={list(low)} high={list(high)}")
+        _check_control_period(props.get(CONTROL_PERIOD_KEY), origin)
         return meta
+
+
+def _check_control_period(value: str | None, origin: str) -> None:
+    """PolicyLoadError unless the optional control period is absent or a finite number of seconds > 0."""
+    if value is None:
+        return
+    try:
+        period = float(value)
+    except (TypeError, ValueError):
+        period = math.nan
+    if not 0 < period < math.inf:
+        raise PolicyLoadError(f"{origin}: metadata {CONTROL_PERIOD_KEY} must be a finite number of "
+                              f"seconds > 0, got {str(value)[:50]!r}")
 
 
 class OnnxPolicy:
