@@ -124,6 +124,29 @@ def test_the_metadata_names_the_trainer_that_wrote_the_checkpoint(tmp_path: Path
     assert load_policy(tmp_path / "out.onnx").metadata.source == f"opolo_ros {trainer} td3"
 
 
+@pytest.mark.parametrize("trainer", ["direct", "learner"])
+def test_export_writes_the_checkpoints_control_period_else_the_tasks(tmp_path: Path, trainer: str) -> None:
+    """The exported policy says the control period it was trained at (the env's dt), for the deploy
+    launch's rate: checkpoints record it; older ones, with or without their policy's sizes, take it
+    from the task's environment."""
+    import torch
+
+    from opolo_ros.sim.tasks import control_period, make_task_env
+
+    dt = control_period(make_task_env("InvertedPendulum-v5"))
+    checkpoint = checkpoint_of(tmp_path / "run", trainer)
+    state = torch.load(checkpoint, weights_only=False)
+    assert state["policy_io"]["control_period_s"] == dt == pytest.approx(0.04)
+    without_period = {**state, "policy_io": {k: v for k, v in state["policy_io"].items()
+                                             if k != "control_period_s"}}
+    without_io = {k: v for k, v in state.items() if k != "policy_io"}
+    for name, content in (("new", state), ("no_period", without_period), ("no_io", without_io)):
+        torch.save(content, checkpoint)
+        out = tmp_path / f"{name}.onnx"
+        assert cli.main(["export", str(checkpoint), str(out)]) == 0
+        assert load_policy(out).metadata.control_period_s == dt, name
+
+
 def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, capsys) -> None:
     """A run folder moved to another machine: export rebuilt the env and failed with 'MJCF file not
     found', though only the networks are rebuilt. The checkpoint now holds the sizes and bounds; an
@@ -143,6 +166,13 @@ def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, 
     meta = load_policy(out).metadata
     assert (meta.env_id, meta.obs_dim, meta.act_dim, meta.time_feature) == (str(xml), 5, 1, True)
     assert (meta.action_low, meta.action_high) == ((-3.0,), (3.0,))
+    assert meta.control_period_s == 0.02  # the file's timestep (one per step): from the checkpoint
+
+    state = torch.load(checkpoint, weights_only=False)  # sizes recorded, the period not yet
+    torch.save({**state, "policy_io": {k: v for k, v in state["policy_io"].items()
+                                       if k != "control_period_s"}}, checkpoint)
+    assert cli.main(["export", str(checkpoint), str(tmp_path / "unknown.onnx")]) == 0
+    assert load_policy(tmp_path / "unknown.onnx").metadata.control_period_s is None  # left out
 
     state = torch.load(checkpoint, weights_only=False)  # as written before checkpoints held them
     del state["policy_io"]
@@ -155,6 +185,7 @@ def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, 
     assert cli.main(["export", str(checkpoint), str(tmp_path / "old.onnx"), "--set", f"env_id={moved}"]) == 0
     again = load_policy(tmp_path / "old.onnx").metadata
     assert (again.obs_dim, again.action_low, again.action_high) == (5, (-3.0,), (3.0,))
+    assert again.control_period_s == 0.02  # from the file given
 
 
 def test_a_file_that_is_no_checkpoint_says_what_it_is_in_one_line(tmp_path: Path, capsys) -> None:

@@ -120,6 +120,27 @@ def test_checkpoint_of_another_network_shape_is_refused_naming_the_change(tmp_pa
     assert (a.run_dir / "config.yaml").read_text() == "written with the checkpoint\n"
 
 
+def test_both_trainers_export_the_control_period_of_their_task(tmp_path, demos):
+    """A deploy actor commands at the rate a policy was trained at, which its metadata now says
+    (control_period_s, the env's dt): InvertedPendulum-v5 steps 0.04 s, 25 Hz, where the deploy
+    launch sent 50 Hz whatever the task."""
+    from opolo_ros.sim.envs import make_env
+    from opolo_ros.sim.tasks import control_period
+
+    cfg = small_cfg(tmp_path, demos, "td3")
+    dt = control_period(make_env("InvertedPendulum-v5"))
+    assert dt == pytest.approx(0.04)
+    direct = DirectTrainer(cfg)
+    stream = StreamTrainer(load_run_config(None, {**to_dict(cfg), "run_dir": str(tmp_path / "stream")}),
+                           policy_every=cfg.total_steps, hooks=quiet_hooks())
+    try:
+        for trainer in (direct, stream):
+            meta = load_policy(trainer.export(tmp_path / "p.onnx")).metadata
+            assert (meta.control_period_s, meta.control_rate_hz) == (dt, pytest.approx(25.0)), meta
+    finally:
+        stream.close()
+
+
 def test_train_writes_run_folder(tmp_path, demos):
     cfg = small_cfg(tmp_path, demos, total_steps=120, eval_every=60)
     result = DirectTrainer(cfg).train()

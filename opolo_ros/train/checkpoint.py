@@ -140,12 +140,15 @@ def check_finite(learner: Any, step: int, writing: str) -> None:
 GRAPH_SOURCE = "learner node"  # a checkpoint's "source": written by the learner node (its state differs)
 
 
-def policy_io(obs_dim: int, act_dim: int, action_low: Any, action_high: Any) -> dict[str, Any]:
+def policy_io(obs_dim: int, act_dim: int, action_low: Any, action_high: Any,
+              control_period_s: float) -> dict[str, Any]:
     """What a checkpoint records of its policy besides the networks (its "policy_io"): observation
-    and action sizes and action bounds, so that it exports without the environment (an MJCF task's
-    file need not be there)."""
+    and action sizes, action bounds and the control period (the env's dt, which the exported
+    policy's metadata carries for deployment), so that it exports without the environment (an MJCF
+    task's file need not be there)."""
     return {"obs_dim": int(obs_dim), "act_dim": int(act_dim),
-            "action_low": [float(v) for v in action_low], "action_high": [float(v) for v in action_high]}
+            "action_low": [float(v) for v in action_low], "action_high": [float(v) for v in action_high],
+            "control_period_s": float(control_period_s)}
 
 
 def trainer_of(state: dict[str, Any]) -> str:

@@ -42,6 +42,7 @@ from opolo_ros.sim.envs import (
     random_policy_return,
     set_env_state,
 )
+from opolo_ros.sim.tasks import control_period
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
@@ -135,11 +136,17 @@ def check_demonstrations(cfg: RunConfig) -> None:
         env.close()
 
 
-def policy_metadata(cfg: RunConfig, *, training_step: int, version: int, trainer: str) -> dict[str, object]:
+def policy_metadata(cfg: RunConfig, *, training_step: int, version: int, trainer: str,
+                    control_period_s: float | None) -> dict[str, object]:
     """The ONNX metadata a trained policy carries besides its dimensions and bounds (README "ONNX
-    policy contract"), the same for both trainers."""
-    return {"env_id": cfg.env_id, "training_step": training_step, "version": version, "seed": cfg.seed,
-            "source": f"opolo_ros {trainer} {cfg.algo}", "time_feature": int(cfg.time_feature)}
+    policy contract"), the same for both trainers. `control_period_s` (the env's dt; None: not
+    known, left out) tells a deploy actor the rate to command at."""
+    meta: dict[str, object] = {"env_id": cfg.env_id, "training_step": training_step, "version": version,
+                               "seed": cfg.seed, "source": f"opolo_ros {trainer} {cfg.algo}",
+                               "time_feature": int(cfg.time_feature)}
+    if control_period_s is not None:  # 12 digits: 0.002 * 5 is 0.01, not 0.010000000000000002
+        meta["control_period_s"] = float(f"{control_period_s:.12g}")
+    return meta
 
 
 def run_finished(step: int, best_return: float, cfg: RunConfig) -> bool:
@@ -201,17 +208,23 @@ def run_facts(cfg: RunConfig, saved: dict[str, object]) -> RunConfig:
                                time_feature=bool(saved.get("time_feature", cfg.time_feature)))
 
 
-def policy_io_of(state: dict, cfg: RunConfig, checkpoint: Path) -> tuple[int, int, ActionScaler]:
-    """The policy's observation and action sizes and action bounds: the checkpoint's record of them,
-    or, for a checkpoint written before checkpoints held them, the task's environment (an MJCF
-    task's file, which a run folder moved to another machine may have left behind)."""
+PolicyIO = tuple[int, int, ActionScaler, float | None]  # obs_dim, act_dim, bounds, control period
+
+
+def policy_io_of(state: dict, cfg: RunConfig, checkpoint: Path) -> PolicyIO:
+    """The policy's observation and action sizes, action bounds and control period: the
+    checkpoint's record of them, or, for a checkpoint written before checkpoints held them, the
+    task's environment (an MJCF task's file, which a run folder moved to another machine may have
+    left behind)."""
     from opolo_ros.sim.task_ids import is_mjcf
     from opolo_ros.sim.tasks import make_task_env
 
     io = state.get("policy_io")
     if io is not None:
-        return int(io["obs_dim"]), int(io["act_dim"]), ActionScaler(np.array(io["action_low"]),
-                                                                      np.array(io["action_high"]))
+        period = io.get("control_period_s")
+        return (int(io["obs_dim"]), int(io["act_dim"]),
+                ActionScaler(np.array(io["action_low"]), np.array(io["action_high"])),
+                float(period) if period is not None else task_control_period(cfg))
     if is_mjcf(cfg.env_id) and not Path(cfg.env_id).is_file():
         raise FileNotFoundError(f"checkpoint {checkpoint} does not record the policy's sizes and action "
                                 f"bounds (written before checkpoints did), so export takes them from the "
@@ -220,7 +233,25 @@ def policy_io_of(state: dict, cfg: RunConfig, checkpoint: Path) -> tuple[int, in
     env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)  # a Gymnasium id or an MJCF file
     try:
         return (int(env.observation_space.shape[0]), int(env.action_space.shape[0]),
-                ActionScaler.from_space(env.action_space))
+                ActionScaler.from_space(env.action_space), control_period(env))
+    finally:
+        env.close()
+
+
+def task_control_period(cfg: RunConfig) -> float | None:
+    """The task's control period, for a checkpoint that records the policy's sizes but not its period
+    (written before checkpoints held it); None when the environment cannot be made here (an MJCF
+    file left behind, a Gymnasium id not registered): the export then leaves the period out."""
+    import gymnasium as gym
+
+    from opolo_ros.sim.tasks import make_task_env
+
+    try:
+        env = make_task_env(cfg.env_id)
+    except (gym.error.Error, OSError, ValueError):
+        return None
+    try:
+        return control_period(env)
     finally:
         env.close()
 
@@ -243,22 +274,24 @@ def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path, state: dict |
     environment)."""
     state = load_checkpoint(checkpoint) if state is None else state
     cfg = run_facts(cfg, state["config"])
-    obs_dim, act_dim, scaler = policy_io_of(state, cfg, checkpoint)
+    obs_dim, act_dim, scaler, period = policy_io_of(state, cfg, checkpoint)
     # on the CPU, where the checkpoint is loaded: a run trained on a GPU exports on a machine without one
     learner = make_learner(dataclasses.replace(cfg, device="cpu"), obs_dim, act_dim)
     restore_runner(_LearnerOnly(learner), state, restore_config(cfg, state["config"]), checkpoint,
                    "export it with the run's own config (the config.yaml next to it)")
-    return export_actor(learner.actor, scaler, cfg, state["step"], out, trainer=trainer_of(state))
+    return export_actor(learner.actor, scaler, cfg, state["step"], out, trainer=trainer_of(state),
+                        control_period_s=period)
 
 
-def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, step: int, out: Path,
-                 trainer: str = "direct") -> Path:
+def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, step: int, out: Path, *,
+                 control_period_s: float | None, trainer: str = "direct") -> Path:
     """The ONNX export of `actor` at env step `step` (checked; a failed check warns), its metadata
-    naming the `trainer` that trained it: the direct loop's, or a checkpoint's (export_checkpoint)."""
+    naming the `trainer` that trained it: the direct loop's, or a checkpoint's (export_checkpoint),
+    and the control period it was trained at (None: not known, left out)."""
     return export_policy_or_warn(actor, out, DirectTrainer._warn, action_low=scaler.low,
                                  action_high=scaler.high,
                                  metadata=policy_metadata(cfg, training_step=step, version=step,
-                                                          trainer=trainer))
+                                                          trainer=trainer, control_period_s=control_period_s))
 
 
 class DirectTrainer:
@@ -273,6 +306,7 @@ class DirectTrainer:
         act_dim = self.env.action_space.shape[0]
         self.max_steps = self.env.spec.max_episode_steps or 1000
         self.scaler = ActionScaler.from_space(self.env.action_space)
+        self.control_period = control_period(self.env)  # the exported policies' control_period_s
         self.demos, experts = expert_data(cfg, obs_dim, self.max_steps)
         self.learner = make_learner(cfg, obs_dim, act_dim)
         self.schedule = make_schedule(cfg)
@@ -311,7 +345,7 @@ class DirectTrainer:
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "eval_due": self.eval_due,
             "policy_io": policy_io(self.learner.obs_dim, self.learner.act_dim, self.scaler.low,
-                                   self.scaler.high),
+                                   self.scaler.high, self.control_period),
         })
 
     def restore(self, path: Path | None = None) -> None:
@@ -381,7 +415,8 @@ class DirectTrainer:
 
     def export(self, path: Path) -> Path:
         check_finite(self.learner, self.step, path.name)
-        return export_actor(self.learner.actor, self.scaler, self.cfg, self.step, path)
+        return export_actor(self.learner.actor, self.scaler, self.cfg, self.step, path,
+                            control_period_s=self.control_period)
 
     @staticmethod
     def _warn(text: str) -> None:

@@ -39,7 +39,7 @@ from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import EvaluationInterrupted, evaluate, normalised_score, random_policy_return
 from opolo_ros.sim.task_ids import is_mjcf
-from opolo_ros.sim.tasks import make_task_env, max_steps_of
+from opolo_ros.sim.tasks import control_period, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
@@ -103,6 +103,7 @@ class StreamTrainer:
         self.act_dim = int(self.env.action_space.shape[0])
         self.max_steps = max_steps_of(self.env)
         self.scaler = ActionScaler.from_space(self.env.action_space)
+        self.control_period = control_period(self.env)  # the exported policies' control_period_s
         self.learner = make_learner(cfg, self.obs_dim, self.act_dim)
         self.schedule = make_schedule(cfg)
         self.replay = ReplayBuffer(self.obs_dim, self.act_dim,
@@ -371,10 +372,12 @@ class StreamTrainer:
         waiting for this version must not wait forever.
         """
         check_finite(self.learner, self.step, path.name)
-        kwargs = {"action_low": self.scaler.low, "action_high": self.scaler.high,
-                  "metadata": policy_metadata(self.cfg, training_step=self.step, version=self.step,
-                                              trainer="learner")}  # env steps, as the direct loop
-        return export_policy_or_warn(self.learner.actor, path, self.hooks.log.warning, **kwargs)
+        # training_step and version: env steps (transitions consumed), as the direct loop's
+        metadata = policy_metadata(self.cfg, training_step=self.step, version=self.step, trainer="learner",
+                                   control_period_s=self.control_period)
+        return export_policy_or_warn(self.learner.actor, path, self.hooks.log.warning,
+                                     action_low=self.scaler.low, action_high=self.scaler.high,
+                                     metadata=metadata)
 
     def _publish_policy(self) -> None:
         self.hooks.publish_policy(self.export(self.policy_path), self.step)
@@ -415,7 +418,8 @@ class StreamTrainer:
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
             "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
-            "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high),
+            "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high,
+                                   self.control_period),
         })
         if self.journal is not None:
             self.journal.truncate(self.step)
