@@ -24,8 +24,11 @@ Float32MultiArray observations in the policy's order.
 Deterministic policy, commands clamped to the model's bounds (or ``action_low``/``action_high``)
 and optionally rate limited, published at ``rate_hz`` from the newest observation in the
 ros2_control convention (std_msgs/Float64MultiArray, reliable QoS as
-``forward_command_controller`` requires). Bad observations (NaN/inf, wrong length) are dropped and
-counted; a watchdog publishes ``safe_command`` when observations stop for
+``forward_command_controller`` requires). ``rate_hz`` defaults to the rate the policy was trained
+at, 1 / the ``control_period_s`` of its metadata (InvertedPendulum-v5: 25 Hz; a policy trained on
+an MJCF file: 1 / its timestep), else 50 Hz (a model exported before models said it: the shipped
+experts); ``rate_hz:=0`` sends one command per observation. Bad observations (NaN/inf, wrong
+length) are dropped and counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
 
 Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos``,
@@ -34,6 +37,7 @@ section), else the default each description names; given, they override the file
 List values are comma-separated (``safe_command:=0.0,0.0``).
 """
 
+from opolo_ros.export.onnx_policy import PolicyLoadError, load_policy
 from opolo_ros.launch_runner import (
     LaunchArg,
     NodeSpec,
@@ -61,7 +65,8 @@ ARGUMENTS = [
                                         "trained with time_feature: true); empty = the params "
                                         "file, else 0 (off)"),
     LaunchArg("rate_hz", "", "command rate; 0 = one command per observation; empty = the params "
-                             "file, else 50"),
+                             "file, else the model's training rate (1 / its control_period_s), "
+                             "else 50"),
     LaunchArg("command_qos", "", "reliable (ros2_control) or best_effort (the sim bridge); empty = "
                                  "the params file, else reliable"),
     LaunchArg("watch_model", "", "true: reload the model file when it changes; empty = the params "
@@ -92,8 +97,20 @@ ARGUMENTS = [
 FLOAT_LISTS = ("action_low", "action_high", "safe_command", "joint_offset", "joint_scale")
 FLOATS = ("rate_hz", "max_action_rate", "observation_timeout_s", "watchdog_rate_hz")
 # Where neither the argument nor the params file sets them: this launch file's defaults (the
-# node's are for training: rate_hz 0, best-effort commands).
+# node's are for training: rate_hz 0, best-effort commands). rate_hz 50 is for a model that does
+# not say its training rate (_trained_rate).
 DEPLOY_DEFAULTS = {"rate_hz": 50.0, "command_qos": "reliable", "watch_model": False}
+
+
+def _trained_rate(model: str) -> dict:
+    """``{"rate_hz": 1 / control_period_s}`` of the model's metadata, the rate its policy was trained
+    at; empty for a model that does not say (exported before models did: the shipped experts) or
+    cannot be loaded (the actor then refuses it with its own error)."""
+    try:
+        rate = load_policy(model).metadata.control_rate_hz
+    except PolicyLoadError:
+        return {}
+    return {} if rate is None else {"rate_hz": rate}
 
 
 def _given(args: dict) -> dict:
@@ -124,8 +141,9 @@ def describe(args: dict) -> list:
         raise ValueError("deploy needs model:=<policy.onnx>")
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"])
-    parameters = {**DEPLOY_DEFAULTS, **node_parameters(params_file, "actor", ns), "mode": "deploy",
-                  "model": resolve_path(args["model"]), "subscribe_policy": False, **_given(args)}
+    model = resolve_path(args["model"])
+    parameters = {**DEPLOY_DEFAULTS, **_trained_rate(model), **node_parameters(params_file, "actor", ns),
+                  "mode": "deploy", "model": model, "subscribe_policy": False, **_given(args)}
     joints = [j.strip() for j in args["joints"].split(",") if j.strip()]
     if joints:
         parameters["joints"] = joints

@@ -96,6 +96,32 @@ def test_rate_qos_and_watch_model_come_from_the_argument_else_the_params_file_el
     assert parameters(f"params_file:={PARAMS}") == (0.0, "reliable", False)
 
 
+def test_the_rate_defaults_to_the_models_training_rate_else_50(tmp_path):
+    """An MJCF arm trained at 100 Hz got half its commands from the launch's 50 Hz default ("304 of
+    611 steps found no new command", a walkthrough). A model whose metadata says its control
+    period is commanded at 1 / that period unless the argument or the params file sets rate_hz; a
+    model that does not say (the shipped experts) at 50 Hz, as before."""
+    from opolo_ros.export.onnx_policy import stamp_metadata
+
+    arm = tmp_path / "arm.onnx"
+    arm.write_bytes(EXPERT.read_bytes())
+    stamp_metadata(arm, {"control_period_s": 0.01})
+    params = tmp_path / "p.yaml"
+    params.write_text("actor:\n  ros__parameters:\n    rate_hz: 20.0\n")
+
+    def rate(model: Path, **args: str) -> float:
+        return deploy_actor(model=str(model), **args).parameters["rate_hz"]
+
+    assert rate(arm) == pytest.approx(100.0)
+    assert rate(EXPERT) == 50.0
+    assert rate(arm, rate_hz="30") == 30.0 and rate(arm, rate_hz="0") == 0.0  # 0: one per observation
+    assert rate(arm, params_file=str(params)) == 20.0
+    assert rate(arm, params_file=str(params), rate_hz="40") == 40.0
+    assert rate(arm, params_file=PARAMS) == 0.0  # the shipped file: one command per joint state
+    assert rate(tmp_path / "missing.onnx") == 50.0  # the actor says what is wrong with it
+    assert describe_launch("deploy", [f"model:={arm}"])[2][0].parameters["rate_hz"] == pytest.approx(100.0)
+
+
 def test_docstring_examples_give_the_model_its_observation_size():
     """Every ``deploy.launch.py`` example with ``joints:=`` builds a JointState spec of the model's
     obs_dim (the actor refuses to start otherwise)."""
