@@ -367,6 +367,39 @@ def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_dom
             "sensor_msgs/msg/JointState: leave joints empty, or remap observation_topic)") in err, err
 
 
+def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, ros_domain_id, capfd):
+    """An MJCF arm trained at 100 Hz was commanded at the deploy launch's 50 Hz, and half its steps
+    found no new command (a walkthrough). The start-up line says the command rate; a fixed rate more
+    than 10 % off the rate the model says it was trained at is warned of, once."""
+    from opolo_ros.export.onnx_policy import stamp_metadata
+
+    arm = onnx_policy(tmp_path / "arm.onnx", [0.0] * 4)
+    stamp_metadata(arm, {"control_period_s": 0.01})
+    plain = onnx_policy(tmp_path / "plain.onnx", [0.0] * 4)  # says no training rate
+
+    def started(model: Path, rate_hz: float, swap_in: Path | None = None) -> str:
+        graph = GraphRunner([NodeSpec("actor", "actor", parameters={
+            "mode": "deploy", "model": str(model), "subscribe_policy": False, "rate_hz": rate_hz})],
+            ros_domain_id)
+        with graph:
+            actor = graph.nodes["actor"]
+            if swap_in is not None:
+                actor.request_load(str(swap_in))
+                assert graph.spin_until(lambda: actor.swaps == 2, timeout_s=10.0), "not swapped in"
+        return capfd.readouterr().err
+
+    capfd.readouterr()
+    for model, rate in ((arm, 100.0), (arm, 91.0), (arm, 0.0), (plain, 50.0)):
+        err = started(model, rate)
+        assert "was trained at" not in err, (model, rate, err)
+    assert "commands: std_msgs/Float64MultiArray on /action once per observation" in started(arm, 0.0)
+    err = started(arm, 50.0, swap_in=arm)  # the same mismatch again: said once
+    assert "commands: std_msgs/Float64MultiArray on /action at 50 Hz" in err, err
+    assert err.count("commands at 50 Hz, the policy") == 1, err
+    assert (f"commands at 50 Hz, the policy {arm} was trained at 100 Hz (control period 0.01 s): set "
+            "rate_hz to 100") in err, err
+
+
 def test_joint_state_spec_with_the_clock_fits_the_time_feature_model(tmp_path, ros_domain_id):
     """4 joint values + the clock = the model's 5 inputs; 4 values + the clock against a
     4-input model is refused with the clock named."""

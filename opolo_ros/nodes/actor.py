@@ -134,6 +134,7 @@ RELIABLE_DEFAULT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIAB
 SEED_OFFSET = 3  # the direct loop's action generator is default_rng(seed + 3)
 LOG_THROTTLE_S = 5.0
 MIN_RATE_HZ = 1e-3  # rate_hz / watchdog_rate_hz: a period of at most 1000 s
+RATE_TOLERANCE = 0.1  # deploy: a rate_hz this far (relative) from the model's training rate is warned of
 SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
 SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
 
@@ -219,7 +220,11 @@ class Actor(FinishableNode):
         topic = self._observation_topic = self.resolve_topic_name(p["observation_topic"])
         command = self.resolve_topic_name(p["action_topic"])
         self.get_logger().info(f"{self.mode} mode; policy: {origin}; observations: {kind} on {topic}; "
-                               f"commands: std_msgs/Float64MultiArray on {command}")
+                               f"commands: std_msgs/Float64MultiArray on {command} {self._command_rate()}")
+
+    def _command_rate(self) -> str:
+        """When commands go out, for the start-up line."""
+        return f"at {self.rate_hz:g} Hz" if self.rate_hz > 0 else "once per observation"
 
     def _declare_parameters(self) -> dict[str, Any]:
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
@@ -396,6 +401,18 @@ class Actor(FinishableNode):
                      "MuJoCo tasks) and the actor appends it")
         return text
 
+    def _rate_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
+        """Why the fixed command rate does not suit the model, or None: `rate_hz` more than
+        RATE_TOLERANCE from the rate the policy was trained at (its metadata's control period). A
+        policy commanded slower than that sees each command held for several of its steps, one
+        commanded faster gets observations its training never had between two steps."""
+        trained = meta.control_rate_hz
+        if self.rate_hz <= 0 or trained is None or abs(self.rate_hz - trained) <= RATE_TOLERANCE * trained:
+            return None
+        return (f"commands at {self.rate_hz:g} Hz, the policy {origin} was trained at {trained:g} Hz "
+                f"(control period {meta.control_period_s:g} s): set rate_hz to {trained:g} (deploy.launch.py "
+                "takes the model's rate when neither its argument nor the params file sets rate_hz)")
+
     def _load(self, source: bytes | str, version: int | None, obs_dim: int | None, act_dim: int | None,
               safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
         if self.pool is not None:
@@ -454,6 +471,9 @@ class Actor(FinishableNode):
                     "1 - t/T, which the observations must then carry; a robot's state does not: set "
                     "time_feature_clock to the training episode length (1000 for the Gymnasium MuJoCo "
                     "tasks) and the actor appends it", once=True)
+            mismatch = self._rate_mismatch(loaded.metadata, loaded.origin)
+            if mismatch:
+                self.get_logger().warning(mismatch, once=True)
         if self._command is None or self._command.values.size != loaded.act_dim:
             self._command = CommandBuffer(loaded.act_dim, self.echo)
             if self.mode == "deploy":  # the rate limit ramps the first command from the safe one

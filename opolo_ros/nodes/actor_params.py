@@ -47,7 +47,9 @@ PARAMETERS: dict[str, tuple] = {
                          "observation entry, in the order joints x joint_fields); [] = none"),
     "joint_scale": ([], "JointState input: multiplies the observation after the offset (as "
                         "joint_offset); [] = none"),
-    "rate_hz": (0.0, "publish at this fixed rate from the newest observation; 0 = per observation"),
+    "rate_hz": (0.0, "publish at this fixed rate from the newest observation; 0 = per observation; "
+                     "deploy: warned of when more than 10 % off the model's training rate (1 / its "
+                     "control_period_s)"),
     "time_feature_clock": (0, "deploy, a model trained with time_feature: true: T > 0 = the actor "
                               "appends 1 - t/T itself (t = commands since the clock started, "
                               "0..T-1, then 0 again; restarted when observations return after the "
