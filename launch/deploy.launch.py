@@ -27,8 +27,9 @@ ros2_control convention (std_msgs/Float64MultiArray, reliable QoS as
 ``forward_command_controller`` requires). ``rate_hz`` defaults to the rate the policy was trained
 at, 1 / the ``control_period_s`` of its metadata (InvertedPendulum-v5: 25 Hz; a policy trained on
 an MJCF file: 1 / its timestep), else 50 Hz (a model exported before models said it: the shipped
-experts); ``rate_hz:=0`` sends one command per observation. Bad observations (NaN/inf, wrong
-length) are dropped and counted; a watchdog publishes ``safe_command`` when observations stop for
+experts); ``rate_hz:=0`` sends one command per observation. The actor warns once when a fixed
+rate is more than 10 % off the training rate. Bad observations (NaN/inf, wrong length) are dropped
+and counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
 
 Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos``,

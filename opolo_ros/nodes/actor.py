@@ -14,7 +14,9 @@ Modes
     action again and draws nothing, so a lost message never changes the run.
     ``deploy``: deterministic pi(s), clamped to ``action_low``/``action_high`` (default: the
     model's bounds) and to ``max_action_rate``; with ``rate_hz`` > 0 the command goes out on a
-    fixed-rate timer from the newest observation, else once per observation.
+    fixed-rate timer from the newest observation, else once per observation. A fixed rate more than
+    10 % off the rate the model was trained at (1 / its metadata's ``control_period_s``, when it
+    has one) is warned of once.
 
 Deploy safety
     - An observation that is not finite or has the wrong length (Float32MultiArray, or a
