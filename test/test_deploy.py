@@ -58,9 +58,10 @@ def test_deploy_launch_passes_the_safety_arguments():
     spec = deploy_actor(model=str(EXPERT), safe_command="0.5", action_low="-1,", action_high="1.0",
                         max_action_rate="4", observation_timeout_s="0.2", watchdog_rate_hz="20",
                         cpu_affinity="0,1", executor="single", sched_priority="5", task="*",
+                        use_sim_time="true",
                         params_file=PARAMS)
     p = spec.parameters
-    assert p["task"] == "*"
+    assert p["task"] == "*" and p["use_sim_time"] is True
     assert ("observation", "/joint_states") in spec.remappings  # joints (the params file's): their topic
     assert ("observation", "observation") in deploy_actor(model=str(EXPERT)).remappings  # array input
     assert ("observation", "/s") in deploy_actor(model=str(EXPERT), params_file=PARAMS,
@@ -86,7 +87,7 @@ def test_rate_qos_and_watch_model_come_from_the_argument_else_the_params_file_el
         p = describe_launch("deploy", [model, *argv])[2][0].parameters
         return p["rate_hz"], p["command_qos"], p["watch_model"]
 
-    assert parameters() == (50.0, "reliable", False)  # no params file: as before
+    assert parameters() == (25.0, "reliable", False)  # no params file: the task's control rate
     assert parameters(f"params_file:={params}") == (0.0, "best_effort", True)
     assert parameters(f"params_file:={params}", "rate_hz:=20", "command_qos:=reliable",
                       "watch_model:=false") == (20.0, "reliable", False)
@@ -100,7 +101,8 @@ def test_the_rate_defaults_to_the_models_training_rate_else_50(tmp_path):
     """An MJCF arm trained at 100 Hz got half its commands from the launch's 50 Hz default ("304 of
     611 steps found no new command", a walkthrough). A model whose metadata says its control
     period is commanded at 1 / that period unless the argument or the params file sets rate_hz; a
-    model that does not say (the shipped experts) at 50 Hz, as before."""
+    model that does not say (the shipped experts) at its Gymnasium task's rate (the docstring's
+    Hopper example ran at 50 Hz, the expert trained at 125: it fell, a walkthrough), else 50 Hz."""
     from opolo_ros.export.onnx_policy import stamp_metadata
 
     arm = tmp_path / "arm.onnx"
@@ -113,7 +115,11 @@ def test_the_rate_defaults_to_the_models_training_rate_else_50(tmp_path):
         return deploy_actor(model=str(model), **args).parameters["rate_hz"]
 
     assert rate(arm) == pytest.approx(100.0)
-    assert rate(EXPERT) == 50.0
+    assert rate(EXPERT) == pytest.approx(25.0)  # InvertedPendulum-v5: 0.04 s
+    assert rate(ROOT / "models" / "experts" / "Hopper-v5.onnx") == pytest.approx(125.0)  # 0.008 s
+    from test_nodes import onnx_policy  # an MJCF robot's policy from before models said their rate
+
+    assert rate(onnx_policy(tmp_path / "robot.onnx", [0.0] * 4, env=str(tmp_path / "robot.xml"))) == 50.0
     assert rate(arm, rate_hz="30") == 30.0 and rate(arm, rate_hz="0") == 0.0  # 0: one per observation
     assert rate(arm, params_file=str(params)) == 20.0
     assert rate(arm, params_file=str(params), rate_hz="40") == 40.0
@@ -317,3 +323,64 @@ def test_a_time_feature_policy_deployed_without_the_clock_is_warned_of(ros_domai
     assert "set time_feature_clock to the training episode length" in out, out
     assert re.search(r"observation dropped \(\d+ so far\): .*obs size is 11, this node expects 12 \(the "
                      r"policy takes the time feature as its last input: time_feature_clock\?\)", out), out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_deploy_actor_leaves_the_safe_command_applied(ros_domain_id, tmp_path, sig):
+    """A forward_command_controller holds the last command it got: a deploy actor stopped by a
+    signal left the policy's last effort applied (a walkthrough: 2.95 N on, for good). It now sends
+    safe_command as it stops, reliably (its subscriber has it before the process is gone)."""
+    import rclpy
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    from opolo_ros.nodes.actor import RELIABLE_DEFAULT_QOS
+    from opolo_ros.ros import runtime
+
+    proc = subprocess.Popen([OPOLO_ROS, "launch", "deploy", f"model:={EXPERT}", "observation_topic:=/obs",
+                             f"action_topic:={COMMANDS}", "rate_hz:=50", "safe_command:=-0.25",
+                             "observation_timeout_s:=60"],  # no watchdog command in this test
+                            cwd=tmp_path, env=dict(os.environ), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    context = runtime.init_context(ros_domain_id, args=[])
+    node = rclpy.create_node("robot", context=context)
+    executor = rclpy.executors.SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    got: list[float] = []
+    try:
+        pub = node.create_publisher(Float32MultiArray, "/obs", 10)
+        node.create_subscription(Float64MultiArray, COMMANDS, lambda msg: got.append(msg.data[0]),
+                                 RELIABLE_DEFAULT_QOS)
+        deadline = time.monotonic() + 60
+        while len(got) < 10:  # policy commands for a tilted pole
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            pub.publish(Float32MultiArray(data=[0.0, 0.1, 0.0, 0.0]))
+            executor.spin_once(timeout_sec=0.01)
+        proc.send_signal(sig)
+        stop = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < stop:
+            executor.spin_once(timeout_sec=0.01)
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            executor.spin_once(timeout_sec=0.01)
+    finally:
+        runtime.shutdown(context, [node], [executor])
+        proc.kill() if proc.poll() is None else None
+        out = proc.communicate(timeout=30)[0]
+    assert all(v != pytest.approx(-0.25) for v in got[:-1]), got  # the policy's
+    assert got[-1] == pytest.approx(-0.25), (got[-5:], out)
+    assert "stopping: sent the safe command [-0.25]" in out, out
+
+
+def test_the_shipped_deploy_files_deploy_under_the_node_program_too(ros_domain_id):
+    """`actor --ros-args --params-file config/deploy_inverted_pendulum.yaml` ran in train mode (the
+    node's default): exploration noise, no limits, no watchdog, policies taken from the domain (a
+    walkthrough). The files say deploy, the model file only, and their task."""
+    from opolo_ros.launch_runner import node_parameters
+
+    for params, task in ((PARAMS, ENV), (str(ROOT / "config" / "deploy_hopper.yaml"), "Hopper-v5")):
+        parameters = {**node_parameters(params, "actor", ""), "model": str(ROOT / "models" / "experts" /
+                                                                         f"{task}.onnx")}
+        with GraphRunner([NodeSpec("actor", "actor", parameters=parameters)], ros_domain_id) as graph:
+            actor = graph.nodes["actor"]
+            assert actor.mode == "deploy" and actor.task == task, params
+            assert actor.get_parameter("subscribe_policy").value is False

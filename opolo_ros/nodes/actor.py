@@ -97,6 +97,7 @@ from typing import Any
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
+from rclpy.duration import Duration as RclpyDuration
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8MultiArray
@@ -139,6 +140,7 @@ MIN_RATE_HZ = 1e-3  # rate_hz / watchdog_rate_hz: a period of at most 1000 s
 RATE_TOLERANCE = 0.1  # deploy: a rate_hz this far (relative) from the model's training rate is warned of
 SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
 SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
+FINAL_ACK_S = 0.5  # deploy, stopping: how long the safe command waits for reliable subscribers
 
 
 def _reason(err: Exception, expected: type) -> str:
@@ -166,6 +168,7 @@ class Actor(FinishableNode):
         self.nonfinite_actions = 0  # policy outputs replaced by the safe command
         self.failed_runs = 0  # observations the model failed on (onnxruntime raised)
         self.stale = False
+        self._final_sent = False  # the safe command on exit (close() may run twice)
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
         self.inference_ns = latency.DurationLog()  # policy run, deploy
         self.callback_ns = latency.DurationLog()  # observation callback, entry to published command
@@ -630,7 +633,11 @@ class Actor(FinishableNode):
         other = [t for t in types if t != wanted]
         if not other:
             return ""
-        fix = "leave joints empty" if self._spec is not None else "set joints"
+        readable = {"sensor_msgs/msg/JointState": "set joints", "std_msgs/msg/Float32MultiArray":
+                    "leave joints empty"}
+        fixes = [readable[t] for t in other if t in readable]
+        fix = (fixes[0] if fixes else "the actor reads std_msgs/msg/Float32MultiArray, or "
+               "sensor_msgs/msg/JointState with joints: publish one of those")
         return (f" ({topic} is published as {', '.join(other)}, this actor reads {wanted}: {fix}, or "
                 "remap observation_topic)")
 
@@ -808,6 +815,7 @@ class Actor(FinishableNode):
 
     def close(self) -> None:
         self._stop.set()
+        self._final_safe_command()
         if self._loader.is_alive():
             self._loader.join(timeout=2.0)
         if self._gc_monitor is not None:
@@ -815,6 +823,24 @@ class Actor(FinishableNode):
         if self.stats_file:
             latency.write_json(self.stats_file, self.statistics())
             self.stats_file = ""  # close() may run twice
+
+
+    def _final_safe_command(self) -> None:
+        """Deploy: `safe_command` once more as the actor stops (a signal, the launch's end), so that
+        a controller that holds the last command (ros2_control's forward_command_controller) does
+        not go on applying the policy's; waits up to FINAL_ACK_S for reliable subscribers to have it."""
+        command = self._command
+        if self.mode != "deploy" or command is None or self._final_sent:
+            return
+        self._final_sent = True
+        try:
+            self._safe_into(command, time.monotonic())
+            self._send(command, None)
+            self.action_pub.wait_for_all_acked(RclpyDuration(seconds=FINAL_ACK_S))
+        except Exception as err:  # the context shut down already: nothing can be sent
+            self.get_logger().warning(f"could not send the safe command on exit: {err}")
+            return
+        self.get_logger().info(f"stopping: sent the safe command {command.values.tolist()}")
 
 
 def main(args: list[str] | None = None) -> int:
