@@ -26,8 +26,9 @@ and optionally rate limited, published at ``rate_hz`` from the newest observatio
 ros2_control convention (std_msgs/Float64MultiArray, reliable QoS as
 ``forward_command_controller`` requires). ``rate_hz`` defaults to the rate the policy was trained
 at, 1 / the ``control_period_s`` of its metadata (InvertedPendulum-v5: 25 Hz; a policy trained on
-an MJCF file: 1 / its timestep), else 50 Hz (a model exported before models said it: the shipped
-experts); ``rate_hz:=0`` sends one command per observation. The actor warns once when a fixed
+an MJCF file: 1 / its timestep); for a model exported before models said it (the shipped
+experts), its Gymnasium task's control rate (Hopper-v5: 125 Hz), else (an MJCF task) 50 Hz;
+``rate_hz:=0`` sends one command per observation. The actor warns once when a fixed
 rate is more than 10 % off the training rate. Bad observations (NaN/inf, wrong length) are dropped
 and counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
@@ -48,6 +49,7 @@ from opolo_ros.launch_runner import (
     node_parameters,
     resolve_path,
 )
+from opolo_ros.sim.task_ids import is_mjcf
 
 ARGUMENTS = [
     LaunchArg("model", "", "ONNX policy to run (required)"),
@@ -66,8 +68,8 @@ ARGUMENTS = [
                                         "trained with time_feature: true); empty = the params "
                                         "file, else 0 (off)"),
     LaunchArg("rate_hz", "", "command rate; 0 = one command per observation; empty = the params "
-                             "file, else the model's training rate (1 / its control_period_s), "
-                             "else 50"),
+                             "file, else the model's training rate (1 / its control_period_s; "
+                             "a model without it: its Gymnasium task's), else 50"),
     LaunchArg("command_qos", "", "reliable (ros2_control) or best_effort (the sim bridge); empty = "
                                  "the params file, else reliable"),
     LaunchArg("watch_model", "", "true: reload the model file when it changes; empty = the params "
@@ -87,6 +89,9 @@ ARGUMENTS = [
                                   "empty = the params file, else zeros"),
     LaunchArg("watchdog_rate_hz", "", "with rate_hz 0: how often the safe command is repeated; "
                                       "empty = the params file, else 50"),
+    LaunchArg("use_sim_time", "", "true: the actor's ROS clock follows /clock (message stamps; the "
+                                  "watchdog and rate_hz timers stay on the steady clock); empty = the "
+                                  "params file, else false"),
     LaunchArg("executor", "", "events (EventsExecutor) or single (SingleThreadedExecutor); empty = "
                               "the params file, else events"),
     LaunchArg("cpu_affinity", "", "comma-separated CPU ids to pin the actor process to; empty = the "
@@ -105,13 +110,32 @@ DEPLOY_DEFAULTS = {"rate_hz": 50.0, "command_qos": "reliable", "watch_model": Fa
 
 def _trained_rate(model: str) -> dict:
     """``{"rate_hz": 1 / control_period_s}`` of the model's metadata, the rate its policy was trained
-    at; empty for a model that does not say (exported before models did: the shipped experts) or
+    at; for a model that does not say (exported before models did: the shipped experts) and names a
+    Gymnasium task, that task's control rate; empty for an MJCF task's such model, or a model that
     cannot be loaded (the actor then refuses it with its own error)."""
     try:
-        rate = load_policy(model).metadata.control_rate_hz
+        meta = load_policy(model).metadata
     except PolicyLoadError:
         return {}
+    rate = meta.control_rate_hz
+    if rate is None and not is_mjcf(meta.env_id):
+        rate = _gymnasium_rate(meta.env_id)
     return {} if rate is None else {"rate_hz": rate}
+
+
+def _gymnasium_rate(env_id: str) -> float | None:
+    """1 / the control period of a Gymnasium task (None for an id Gymnasium does not know)."""
+    from opolo_ros.sim.envs import make_env
+    from opolo_ros.sim.tasks import control_period
+
+    try:
+        env = make_env(env_id)
+    except Exception:  # not a registered id: the model's own business, not the launch's
+        return None
+    try:
+        return round(1.0 / control_period(env), 9)
+    finally:
+        env.close()
 
 
 def _given(args: dict) -> dict:
@@ -126,8 +150,9 @@ def _given(args: dict) -> dict:
     for name in ("executor", "command_qos", "task"):
         if args[name]:
             out[name] = args[name]
-    if args["watch_model"]:
-        out["watch_model"] = arg_value(args, "watch_model", bool)
+    for name in ("watch_model", "use_sim_time"):
+        if args[name]:
+            out[name] = arg_value(args, name, bool)
     if args["cpu_affinity"]:
         out["cpu_affinity"] = arg_list(args, "cpu_affinity", int)
     for name in ("sched_priority", "time_feature_clock"):

@@ -350,21 +350,31 @@ def test_task_parameter_matches_mjcf_policies_by_file_name(tmp_path, ros_domain_
         assert "\n" not in str(err.value)
 
 
-def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_domain_id, ros_node, capfd):
+@pytest.mark.parametrize("joints,published,fix", [
+    (True, Float32MultiArray, "leave joints empty"),
+    (False, Float64MultiArray, "the actor reads std_msgs/msg/Float32MultiArray, or "
+                               "sensor_msgs/msg/JointState with joints: publish one of those"),
+], ids=["JointState actor, arrays published", "array actor, Float64MultiArray published"])
+def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_domain_id, ros_node, capfd,
+                                                               joints, published, fix):
     """A JointState actor left on the default 'observation' topic, where a bridge publishes
-    Float32MultiArray, heard nothing: the only sign was "no valid observation" (a walkthrough)."""
+    Float32MultiArray, heard nothing: the only sign was "no valid observation" (a walkthrough). A
+    Float64MultiArray state (ros2_control's array type) was told to set joints, which reads JointState."""
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
     peer, _ = ros_node("bridge")
-    peer.create_publisher(Float32MultiArray, "observation", 10)
+    peer.create_publisher(published, "observation", 10)
     graph = GraphRunner([NodeSpec("actor", "actor", parameters={
-        "mode": "deploy", "model": str(model), "subscribe_policy": False, "joints": JOINTS,
-        "observation_timeout_s": 1.0, "watchdog_rate_hz": 20.0})], ros_domain_id)
+        "mode": "deploy", "model": str(model), "subscribe_policy": False,
+        "joints": JOINTS if joints else [""], "observation_timeout_s": 1.0, "watchdog_rate_hz": 20.0})],
+        ros_domain_id)
     with graph:
         assert graph.spin_until(lambda: graph.nodes["actor"].stale, timeout_s=10.0)
     err = capfd.readouterr().err
+    kind, wanted = (("Float32MultiArray", "sensor_msgs/msg/JointState") if joints else
+                    ("Float64MultiArray", "std_msgs/msg/Float32MultiArray"))
     assert ("no valid observation for 1 s: publishing the safe command [0.0] until observations return "
-            "(/observation is published as std_msgs/msg/Float32MultiArray, this actor reads "
-            "sensor_msgs/msg/JointState: leave joints empty, or remap observation_topic)") in err, err
+            f"(/observation is published as std_msgs/msg/{kind}, this actor reads {wanted}: {fix}, or "
+            "remap observation_topic)") in err, err
 
 
 def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, ros_domain_id, capfd):
