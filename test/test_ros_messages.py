@@ -247,7 +247,9 @@ def test_decoders_check_expected_dims() -> None:
     (JointState(name=["a", "b"], position=[0.0, 1.0]), "0 velocity values"),
     (JointState(name=["a", "a", "b"], position=[0.0] * 3, velocity=[0.0] * 3), "duplicate"),
     (m.joint_state_msg(["a", "b"], positions=[0.0, math.nan], velocities=[0.0, 0.0]),
-     "non-finite"),
+     r"non-finite position \(NaN or inf\) of joint b$"),
+    (m.joint_state_msg(["b", "a"], positions=[0.0, 0.0], velocities=[math.inf, 0.0]),
+     r"non-finite velocity \(NaN or inf\) of joint b$"),  # named by the policy's joint, not an index
     (m.joint_state_msg(["a", "b"], positions=[0.0, 1e300], velocities=[0.0, 0.0]),
      "float32 range"),
 ])

@@ -611,7 +611,10 @@ def joint_state_to_obs(msg: JointState, spec: ObservationSpec, obs_dim: int | No
             raise MessageError(f"{what}: {values.size} {name} values for {len(names)} joints")
         parts.append(values[rows])
     obs = np.concatenate(parts)
-    _expect_finite(what, obs)
+    if not np.isfinite(obs).all():  # named by joint and field (a flat index meant nothing to a user)
+        k = int(np.flatnonzero(~np.isfinite(obs))[0])
+        field, joint = spec.fields[k // len(spec.joints)], spec.joints[k % len(spec.joints)]
+        raise MessageError(f"{what}: non-finite {field} (NaN or inf) of joint {joint}")
     if spec.offset is not None:
         obs = obs - spec.offset
     if spec.scale is not None:
