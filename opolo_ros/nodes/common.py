@@ -213,6 +213,30 @@ def check_params_files(args: list[str], executable: str) -> None:
         if flag == "--params-file":
             node_parameters(value, name, namespace, executable, package_wide=True)
     check_param_arguments(args, executable, name, namespace)
+    check_shadowed_params(args, name, namespace)
+
+
+def check_shadowed_params(args: list[str], name: str, namespace: str) -> None:
+    """A plain ``-p key:=value`` that a ``--params-file`` section for this node also sets is an
+    error: rcl applies the node's own section over a plain ``-p`` whatever their order, so the
+    value given last on the command line was ignored (a walkthrough's ``-p run_dir:=`` ran in the
+    task file's run folder). ``-p <node>:key:=value`` is the form that wins."""
+    from opolo_ros.algo.config import flatten
+    from opolo_ros.launch_runner import own_sections, read_params_file
+
+    shadowing: dict[str, str] = {}
+    for flag, value in zip(args, args[1:]):
+        if flag == "--params-file":
+            sections = read_params_file(value)
+            for section in own_sections(name, namespace):
+                for key in flatten(sections.get(section) or {}):
+                    shadowing[key] = f"section '{section}' of {value}"
+    for flag, value in zip(args, args[1:]):
+        key, sep, given = value.partition(":=")
+        if flag in ("-p", "--param") and sep and ":" not in key and key in shadowing:
+            raise ValueError(f"{flag} {value}: {shadowing[key]} sets {key} too, and rcl applies a file's "
+                             f"section for the node over a plain -p (the value given here would be "
+                             f"ignored): write {flag} {name}:{key}:={given}")
 
 
 def check_param_arguments(args: list[str], executable: str, name: str, namespace: str) -> None:

@@ -154,6 +154,8 @@ class StreamTrainer:
         if resume and self.checkpoint_path.is_file():
             self._restore()
             self.hooks.log.info(f"resumed from {self.checkpoint_path} at {self.step} transitions")
+        else:  # where the run goes, from its start (it was said only by the final `done:` line)
+            self.hooks.log.info(f"new run of {cfg.total_steps} transitions in {self.run_dir}")
         self._backlog = self._open_journal(journal, journal_fsync, resume)
         # after the restore and the journal: a run refused for this config keeps the config it was
         # written with
