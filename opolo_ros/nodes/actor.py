@@ -746,10 +746,13 @@ class Actor(FinishableNode):
                 np.clip(out, *current.bounds, out=out)  # a reference outside new, narrower bounds
             command.remember(now)
 
-    def _send(self, command: CommandBuffer, seq: int | None) -> None:
+    def _send(self, command: CommandBuffer, seq: int | None, counted: bool = True) -> None:
         if command.echo is not None:
             command.echo.set(seq)
-        self._publish(command.msg)
+        if counted:
+            self._publish(command.msg)
+        else:
+            self.action_pub.publish(command.msg)
 
     def _publish(self, msg: Float64MultiArray) -> None:
         self.action_pub.publish(msg)
@@ -835,7 +838,7 @@ class Actor(FinishableNode):
         self._final_sent = True
         try:
             self._safe_into(command, time.monotonic())
-            self._send(command, None)
+            self._send(command, None, counted=False)  # the counters are the run's
             self.action_pub.wait_for_all_acked(RclpyDuration(seconds=FINAL_ACK_S))
         except Exception as err:  # the context shut down already: nothing can be sent
             self.get_logger().warning(f"could not send the safe command on exit: {err}")
