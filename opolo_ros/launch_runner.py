@@ -149,14 +149,21 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
     data = read_yaml(path, "parameter file")
     if not isinstance(data, Mapping):
         raise ValueError(f"parameter file {path}: expected a mapping of node names")
+    if {"launch_file", "nodes"} <= data.keys():  # what _write_launch_record writes into a run folder
+        args = " ".join(f"{k}:={v}" for k, v in (data.get("arguments") or {}).items() if v != "")
+        raise ValueError(f"{path} is the record of an `opolo-ros launch` (its launch file, arguments and "
+                         f"each node's parameters), not a ROS 2 parameter file: run it again with "
+                         f"`opolo-ros launch {str(data['launch_file']).removesuffix('.launch.py')} "
+                         f"{args}`; a node program takes a task "
+                         "file (config/<task>.yaml) or the run folder's learner_params.yaml")
     out: dict[str, Any] = {}
     for key, section in data.items():
         if not isinstance(section, Mapping) and not any(isinstance(v, Mapping) and "ros__parameters" in v
                                                         for v in data.values()):
             raise ValueError(f"parameter file {path} looks like a plain run config (top-level '{key}: "
-                             f"{section}'), the file `opolo-ros train --config` takes; a launch needs a "
-                             "ROS 2 parameter file (<node or /**>: {ros__parameters: {...}}, e.g. "
-                             "config/inverted_pendulum.yaml)")
+                             f"{section}'), the file `opolo-ros train --config` takes; a launch or a "
+                             "node program needs a ROS 2 parameter file (<node or /**>: {ros__parameters: "
+                             "{...}}, e.g. config/inverted_pendulum.yaml)")
         if not isinstance(section, Mapping) or not isinstance(section.get("ros__parameters", {}), Mapping):
             raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
                              "(a ROS 2 parameter file)")

@@ -104,6 +104,10 @@ CASES = {
     "bench script bad input": Case(("bench", "reward_parts", "{tmp}/missing.onnx"), "policy file not found"),
     "node params file malformed": Case(("sim_bridge", "--ros-args", "--params-file", "{malformed_params}"),
                                        "is not valid YAML", node=True),
+    "node params file is a launch record": Case(
+        ("sim_bridge", "--ros-args", "--params-file", "{launch_record}"),
+        "is the record of an `opolo-ros launch` (its launch file, arguments and each node's parameters)",
+        node=True),
     "node parameter wrong type": Case(("sim_bridge", "--ros-args", "--params-file", "{wrong_type_params}"),
                                       "parameter 'mode': expected str, got 3", node=True),
     "node params file unknown key": Case(("sim_bridge", "--ros-args", "-r", "__node:=bridge2",
@@ -152,7 +156,11 @@ def bad_files(tmp: Path) -> dict[str, str]:
     texts = {"malformed_yaml": "seed: [1,\n", "wrong_type_yaml": "seed: abc\n",
              "malformed_params": "learner:\n  ros__parameters: {seed: [1,\n",
              "wrong_type_params": yaml.safe_dump({"/**": {"ros__parameters": {"mode": 3}}}),
-             "typo_node_params": yaml.safe_dump({"bridge2": {"ros__parameters": {"max_ahed": 3}}})}
+             "typo_node_params": yaml.safe_dump({"bridge2": {"ros__parameters": {"max_ahed": 3}}}),
+             # a run folder's launch_params.yaml: the record of a launch, taken for a parameter file
+             "launch_record": yaml.safe_dump({"launch_file": "sim_train.launch.py",
+                                              "arguments": {"total_steps": "2500"},
+                                              "nodes": {"learner": {"parameters": {"seed": 0}}}})}
     task = (ROOT / "config" / "inverted_pendulum.yaml").read_text()
     texts["typo_learner_params"] = task.replace("total_steps: 20000", "total_step: 300")
     texts["typo_bridge_params"] = task.replace("max_ahead: 50", "max_ahed: 50")

@@ -504,6 +504,27 @@ def test_bridge_resends_to_a_learner_that_comes_back(ros_domain_id, ros_node):
         assert bridge.sent > held
 
 
+def test_a_bridge_held_by_a_silent_learner_says_so(ros_domain_id, ros_node, capfd, monkeypatch):
+    """A learner killed mid-run: its bridge, held by flow control, waited without a word until the
+    learner came back (a walkthrough). It warns once the learner is silent for a while."""
+    from opolo_ros.nodes import sim_bridge
+
+    monkeypatch.setattr(sim_bridge, "WAIT_NOTE_AFTER_S", 1.0)
+    learner = FakeLearner(ros_node)  # acknowledges nothing: the bridge is held after max_ahead steps
+    spec = flow_bridge(max_ahead=10, replay_batch=5, learner_timeout_s=60.0)
+    with GraphRunner([spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        executors = [graph.executor, learner.executor]
+        assert spin_until(executors, lambda: bridge.sent >= 11, 20.0)
+        spin_for(executors, 1.5)
+        assert "no progress from the learner" not in capfd.readouterr().err  # it speaks: just held
+        learner.paused = True
+        spin_for(executors, 2.0)
+    err = capfd.readouterr().err
+    assert re.search(r"no progress from the learner for \d+ s \(stopped\? restarted, it resumes from its "
+                     r"checkpoint\): waiting, 11 transitions not acknowledged yet", err), err
+
+
 def test_bridge_takes_the_count_of_a_learner_that_started_over(ros_domain_id, ros_node):
     """A learner started again with resume:=false while the bridge ran counts this source from 0: its
     acknowledgements stayed below the bridge's, `sent - acked` above `max_ahead`, and the graph

@@ -446,6 +446,17 @@ class SimBridge(FinishableNode):
             self._publish_observation()
         elif not self._waiting_action:
             self._advance()
+            self._note_silent_learner()
+
+    def _note_silent_learner(self) -> None:
+        """Held back by flow control while the learner says nothing: a learner that was stopped or
+        killed (restarted, it resumes from its checkpoint); the bridge waited without a word."""
+        silent = time.monotonic() - self._last_progress
+        if self.flow_control and not self._waiting_action and silent > WAIT_NOTE_AFTER_S:
+            self.get_logger().warning(
+                f"no progress from the learner for {silent:.0f} s (stopped? restarted, it resumes from its "
+                f"checkpoint): waiting, {self.sent - self.acked} transitions not acknowledged yet",
+                throttle_duration_sec=self.report_period)
 
     def _advance(self) -> None:
         """Publish the next observation if flow control allows, else flush and wait."""
