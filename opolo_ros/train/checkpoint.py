@@ -140,6 +140,16 @@ def check_finite(learner: Any, step: int, writing: str) -> None:
 GRAPH_SOURCE = "learner node"  # a checkpoint's "source": written by the learner node (its state differs)
 
 
+def _load_error(exc: Exception) -> str:
+    """torch's load error in one line: "Error(s) in loading state_dict for Actor:" alone said
+    nothing; its next line says which tensor does not fit."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    head = lines[0].removeprefix("Error(s) in loading state_dict for ").rstrip(":")
+    return f"{head}: {lines[1]}" if len(lines) > 1 and lines[0].endswith(":") else lines[0]
+
+
 def policy_io(obs_dim: int, act_dim: int, action_low: Any, action_high: Any,
               control_period_s: float) -> dict[str, Any]:
     """What a checkpoint records of its policy besides the networks (its "policy_io"): observation
@@ -238,7 +248,7 @@ def restore_runner(runner: Any, state: dict[str, Any], config: dict[str, Any], p
     except (RuntimeError, ValueError, KeyError) as exc:
         changes = config_changes(saved, config)
         shown = _listing(changes)
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {path} does not fit this config ({detail[:160]}); changed "
+        detail = _load_error(exc)
+        raise CheckpointError(f"checkpoint {path} does not fit this config ({detail[:200]}); changed "
                               f"since it was written: {shown or 'nothing in the config'}. Resume with the "
                               f"config it was written with, or {start_over}") from None
