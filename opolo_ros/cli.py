@@ -371,12 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train OPOLO with the direct (no-ROS) loop")
     run_args(t)
-    t.add_argument("--no-resume", action="store_true", help="ignore a checkpoint in the run folder")
+    t.add_argument("--no-resume", action="store_true",
+                   help="start over: an earlier run's files in the run folder move to its "
+                        "previous-<date>-<time>/")
     t.set_defaults(func=cmd_train)
 
     te = sub.add_parser("train-expert", help="train a TD3 expert on the environment reward")
     run_args(te)
-    te.add_argument("--no-resume", action="store_true")
+    te.add_argument("--no-resume", action="store_true", help="start over (as train's)")
     te.set_defaults(func=lambda a: cmd_train(a, algo="td3"))
 
     ev = sub.add_parser("evaluate", help="evaluate an ONNX policy deterministically")

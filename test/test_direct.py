@@ -193,7 +193,7 @@ def test_cuda_run_trains_and_its_checkpoint_resumes_on_cpu(tmp_path, demos, algo
     assert cpu.step == 260
 
 
-def test_sigterm_checkpoints_and_the_same_run_resumes(tmp_path, demos):
+def test_sigterm_checkpoints_and_the_same_run_resumes(tmp_path, demos, capsys):
     """A signal stops training after the current step with a checkpoint; training again resumes there."""
     cfg = small_cfg(tmp_path, demos, total_steps=100_000)
     trainer = DirectTrainer(cfg)
@@ -215,8 +215,10 @@ def test_sigterm_checkpoints_and_the_same_run_resumes(tmp_path, demos):
     resumed = DirectTrainer(small_cfg(tmp_path, demos, total_steps=stopped + 30))
     calls, env_step = [], resumed.env_step
     resumed.env_step = lambda: (calls.append(1), env_step())[1]
+    capsys.readouterr()
     result = resumed.train()
     assert result.env_steps == stopped + 30 and len(calls) == 30  # continued from the checkpoint, not 0
+    assert f"resumed from {resumed.checkpoint_path} at step {stopped}" in capsys.readouterr().out  # said
     assert resumed.learner.critic_steps >= trainer.learner.critic_steps + 30
     plain = DirectTrainer(small_cfg(tmp_path / "plain", demos, total_steps=stopped + 30))
     plain.train()

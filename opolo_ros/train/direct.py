@@ -445,6 +445,8 @@ class DirectTrainer:
             if self.finished and self.pending is None and not self.eval_due:
                 tqdm.write(f"{self.run_dir} holds a finished run (step {self.step}): nothing to train; "
                            "its result again (--no-resume or another run_dir trains anew)")
+            else:  # as the graph's learner says it
+                tqdm.write(f"resumed from {self.checkpoint_path} at step {self.step}")
         # after the restore: a checkpoint refused for this config keeps the config it was written with
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         if math.isnan(self.random_return):
