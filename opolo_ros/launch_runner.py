@@ -189,6 +189,23 @@ def declared_parameters(executable: str) -> frozenset[str]:
     return frozenset(module.PARAMETERS) | ROS_NODE_PARAMETERS
 
 
+def node_help(executable: str) -> str:
+    """A node program's ``--help``: how parameters are given, and each one with its default (and
+    description where the node's table has one). The learner's are its own and the run config's."""
+    from opolo_ros.algo.config import LEARNER_PARAMETERS, RunConfig, to_dict
+
+    if executable == "learner":  # without importing the node (torch)
+        run_config_keys = flatten(to_dict(RunConfig()))
+        table = {**{k: (v, "run config (README, Configuration)") for k, v in run_config_keys.items()},
+                 **LEARNER_PARAMETERS}
+    else:
+        table = importlib.import_module(NODE_CLASSES[executable].partition(":")[0]).PARAMETERS
+    lines = [f"usage: {executable} [--ros-args [--params-file FILE] [-p name:=value ...] [-r from:=to ...]]",
+             "", f"the {executable} node of {PACKAGE}; its parameters (name, default: description):"]
+    lines += [f"  {name}, {default!r}: {text}" for name, (default, text) in table.items()]
+    return "\n".join(lines)
+
+
 def package_parameter_names() -> frozenset[str]:
     """Every parameter some node of the package declares: what a ``/**`` section may set."""
     return frozenset().union(*(declared_parameters(e) for e in NODE_CLASSES))

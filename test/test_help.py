@@ -108,3 +108,18 @@ def test_record_topics_options_are_checked_in_their_own_names(option: str, value
         build_parser().parse_args(["record-topics", "/x", option, value])
     assert exit_info.value.code == 2
     assert expect in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("node", ["learner", "sim_bridge", "actor", "demo_player", "demo_recorder",
+                                  "topic_recorder"])
+def test_node_programs_answer_help_with_their_parameters(node: str) -> None:
+    """`learner --help` started the node with its defaults (the learner waited for demonstrations:
+    a walkthrough). It lists the parameters, with their defaults, and exits."""
+    from opolo_ros.launch_runner import declared_parameters
+
+    result = subprocess.run([str(Path(sys.executable).parent / node), "--help"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: {node} [--ros-args"), result.stdout[:200]
+    listed = {line.split(",")[0].strip() for line in result.stdout.splitlines() if line.startswith("  ")}
+    assert listed == set(declared_parameters(node)) - {"use_sim_time", "start_type_description_service"}
