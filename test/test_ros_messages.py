@@ -598,3 +598,26 @@ def test_a_layout_of_many_labels_gives_a_short_error() -> None:
     with pytest.raises(m.MessageError, match="100 dims, first") as err:
         m.msg_to_policy(msg)
     assert len(str(err.value)) < 500
+
+
+def test_ros_log_lines_clear_a_progress_bar_on_a_terminal_only() -> None:
+    """A line logged while the learner's progress bar was drawn was glued onto the bar's end (a
+    walkthrough missed the warnings): on a terminal each log line clears the line first; a format
+    the user set and output into a file are left alone."""
+    import io
+
+    from opolo_ros.ros.runtime import CONSOLE_FORMAT_ENV, DEFAULT_CONSOLE_FORMAT, log_lines_over_progress_bars
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    environ: dict[str, str] = {}
+    log_lines_over_progress_bars(environ, Terminal())
+    assert environ[CONSOLE_FORMAT_ENV] == "\r\x1b[K" + DEFAULT_CONSOLE_FORMAT
+    mine = {CONSOLE_FORMAT_ENV: "{message}"}
+    log_lines_over_progress_bars(mine, Terminal())
+    assert mine == {CONSOLE_FORMAT_ENV: "{message}"}
+    file: dict[str, str] = {}
+    log_lines_over_progress_bars(file, io.StringIO())
+    assert file == {}

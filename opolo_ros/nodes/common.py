@@ -40,6 +40,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
 from opolo_ros.errors import one_line
+from opolo_ros.ros.runtime import log_lines_over_progress_bars
 from opolo_ros.signals import hold_signals, stop_on_signals
 
 ParamValue = bool | int | float | str | list
@@ -287,6 +288,7 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     with stop_on_signals(stop):
         try:
             check_params_files(argv, default_node_name(factory))
+            log_lines_over_progress_bars()
             rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
             node = factory()
             # A node may choose its executor (the actor's `executor` parameter); else the events one.
