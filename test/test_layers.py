@@ -31,4 +31,3 @@ def test_layer_imports_no_ros(package):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "", f"{package} imports ROS modules: {out.stdout.strip()}"
-
