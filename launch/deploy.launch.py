@@ -60,6 +60,9 @@ ARGUMENTS = [
     LaunchArg("action_topic", "action", "the robot's command topic (remap target of 'action')"),
     LaunchArg("joints", "", "comma-separated joint names: read sensor_msgs/JointState in this order "
                             "(positions, then velocities); empty = Float32MultiArray observations"),
+    LaunchArg("observation_type", "", "array input: float32 (std_msgs/Float32MultiArray) or float64 "
+                                      "(std_msgs/Float64MultiArray); empty = the params file, else "
+                                      "float32"),
     LaunchArg("joint_offset", "", "comma-separated values subtracted from the JointState observation "
                                   "(one per joint and field); empty = the params file, else none"),
     LaunchArg("joint_scale", "", "comma-separated factors applied after the offset; empty = the "
@@ -147,7 +150,7 @@ def _given(args: dict) -> dict:
     for name in FLOATS:
         if args[name]:
             out[name] = arg_value(args, name, float)
-    for name in ("executor", "command_qos", "task"):
+    for name in ("executor", "command_qos", "task", "observation_type"):
         if args[name]:
             out[name] = args[name]
     for name in ("watch_model", "use_sim_time"):

@@ -351,10 +351,12 @@ def test_task_parameter_matches_mjcf_policies_by_file_name(tmp_path, ros_domain_
 
 
 @pytest.mark.parametrize("joints,published,fix", [
-    (True, Float32MultiArray, "leave joints empty"),
-    (False, Float64MultiArray, "the actor reads std_msgs/msg/Float32MultiArray, or "
-                               "sensor_msgs/msg/JointState with joints: publish one of those"),
-], ids=["JointState actor, arrays published", "array actor, Float64MultiArray published"])
+    (True, Float32MultiArray, "leave joints empty, set observation_type float32"),
+    (False, Float64MultiArray, "set observation_type float64"),
+    (False, Int64, "the actor reads std_msgs/msg/Float32MultiArray or Float64MultiArray (observation_type), "
+                   "or sensor_msgs/msg/JointState with joints: publish one of those"),
+], ids=["JointState actor, arrays published", "array actor, Float64MultiArray published",
+        "array actor, another type published"])
 def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_domain_id, ros_node, capfd,
                                                                joints, published, fix):
     """A JointState actor left on the default 'observation' topic, where a bridge publishes
@@ -370,8 +372,8 @@ def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_dom
     with graph:
         assert graph.spin_until(lambda: graph.nodes["actor"].stale, timeout_s=10.0)
     err = capfd.readouterr().err
-    kind, wanted = (("Float32MultiArray", "sensor_msgs/msg/JointState") if joints else
-                    ("Float64MultiArray", "std_msgs/msg/Float32MultiArray"))
+    kind = published.__name__
+    wanted = "sensor_msgs/msg/JointState" if joints else "std_msgs/msg/Float32MultiArray"
     assert ("no valid observation for 1 s: publishing the safe command [0.0] until observations return "
             f"(/observation is published as std_msgs/msg/{kind}, this actor reads {wanted}: {fix}, or "
             "remap observation_topic)") in err, err
@@ -408,6 +410,29 @@ def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, 
     assert err.count("commands at 50 Hz, the policy") == 1, err
     assert (f"commands at 50 Hz, the policy {arm} was trained at 100 Hz (control period 0.01 s): set "
             "rate_hz to 100") in err, err
+
+
+def test_float64_array_observations_with_observation_type_float64(tmp_path, ros_domain_id, ros_node):
+    """A robot whose state comes as std_msgs/Float64MultiArray (ros2_control's array type) was not
+    heard at all: observation_type float64 reads it (a value beyond float32 is dropped, counted)."""
+    model = onnx_policy(tmp_path / "p.onnx", [1 / 3, 0.0, 0.0, 0.0])  # command = the first value
+    graph = GraphRunner([NodeSpec("actor", "actor", parameters={
+        "mode": "deploy", "model": str(model), "subscribe_policy": False, "observation_type": "float64",
+        "observation_qos": "reliable", "command_qos": "reliable", "observation_timeout_s": 60.0})],
+        ros_domain_id)
+    peer, executor = ros_node("robot")
+    pub = peer.create_publisher(Float64MultiArray, "observation", RELIABLE_DEFAULT_QOS)
+    commands: list[float] = []
+    peer.create_subscription(Float64MultiArray, "action", lambda msg: commands.append(msg.data[0]),
+                             RELIABLE_DEFAULT_QOS)
+    with graph:
+        actor = graph.nodes["actor"]
+        executors = [graph.executor, executor]
+        assert spin_until(executors, lambda: linked(pub, actor) and linked(actor.action_pub, peer), 10.0)
+        pub.publish(Float64MultiArray(data=[1e300, 0.0, 0.0, 0.0]))
+        pub.publish(Float64MultiArray(data=[0.5, 0.0, 0.0, 0.0]))
+        assert spin_until(executors, lambda: commands, 10.0)
+    assert commands == [pytest.approx(0.5)] and actor.rejected_observations == 1
 
 
 def test_joint_state_spec_with_the_clock_fits_the_time_feature_model(tmp_path, ros_domain_id):

@@ -105,6 +105,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8Multi
 from opolo_ros.export.onnx_policy import PolicyLoadError, PolicyMetadata, PolicyRunError
 from opolo_ros.nodes.actor_params import (
     MODES,
+    OBSERVATION_TYPES,
     PARAMETERS,
     QOS_CHOICES,
     SPIN_MODES,
@@ -221,7 +222,7 @@ class Actor(FinishableNode):
             meta = self.current.metadata
             origin += f" (trained on {meta.env_id}: obs_dim {meta.obs_dim}, act_dim {meta.act_dim})"
         kind = (f"sensor_msgs/JointState ({self._spec.describe_size()})" if self._spec is not None
-                else "std_msgs/Float32MultiArray")
+                else self._array_type.__module__.split(".")[0] + "/" + self._array_type.__name__)
         topic = self._observation_topic = self.resolve_topic_name(p["observation_topic"])
         command = self.resolve_topic_name(p["action_topic"])
         self.get_logger().info(f"{self.mode} mode; policy: {origin}; observations: {kind} on {topic}; "
@@ -235,7 +236,7 @@ class Actor(FinishableNode):
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
         for name, choices in (("mode", MODES), ("command_qos", QOS_CHOICES),
                               ("observation_qos", QOS_CHOICES), ("executor", EXECUTORS),
-                              ("spin", SPIN_MODES)):
+                              ("spin", SPIN_MODES), ("observation_type", OBSERVATION_TYPES)):
             if p[name] not in choices:
                 raise ParameterError(f"parameter '{name}' must be one of {choices}, got {p[name]!r}")
         for name in ("seed", "warmup_steps", "exploration_noise", "rate_hz", "watchdog_rate_hz",
@@ -252,6 +253,7 @@ class Actor(FinishableNode):
         p["joints"] = [j for j in p["joints"] if j]
         self.obs_dim = p["obs_dim"] or None
         self.act_dim = p["act_dim"] or None
+        self._array_type = Float64MultiArray if p["observation_type"] == "float64" else Float32MultiArray
         self.task = p["task"].strip() or None  # None: the first policy's task, then that one
         self.warmup_steps = p["warmup_steps"]
         self.swap_delay = p["swap_delay"] if p["mode"] == "train" else -1
@@ -302,7 +304,7 @@ class Actor(FinishableNode):
                       "joint state")
         else:
             qos = RELIABLE_DEFAULT_QOS if reliable else qos_for("observation")
-            subscribe(self, Float32MultiArray, p["observation_topic"], self._on_observation, qos,
+            subscribe(self, self._array_type, p["observation_topic"], self._on_observation, qos,
                       self._reject, "observation")
         if p["subscribe_policy"]:  # taken serialized either way; decoded here or in the loader
             self.create_subscription(UInt8MultiArray, p["policy_topic"],
@@ -539,7 +541,7 @@ class Actor(FinishableNode):
             self.request_load(str(self._model_path))
 
     # ------------------------------------------------------------------ control path
-    def _on_observation(self, msg: Float32MultiArray) -> None:
+    def _on_observation(self, msg: Float32MultiArray | Float64MultiArray) -> None:
         start = perf_counter_ns()
         seq = latency.pop_sequence(msg) if self.echo else None
         try:
@@ -626,18 +628,22 @@ class Actor(FinishableNode):
         """Why no observation may come: nobody publishes the topic, or publishers of another type
         (which DDS never matches: a JointState actor on a Float32MultiArray topic hears nothing)."""
         topic = self._observation_topic
-        wanted = "sensor_msgs/msg/JointState" if self._spec is not None else "std_msgs/msg/Float32MultiArray"
+        wanted = ("sensor_msgs/msg/JointState" if self._spec is not None
+                  else f"std_msgs/msg/{self._array_type.__name__}")
         types = sorted({info.topic_type for info in self.get_publishers_info_by_topic(topic)})
         if not types:
             return f" (no publisher of {topic} yet)"
         other = [t for t in types if t != wanted]
         if not other:
             return ""
-        readable = {"sensor_msgs/msg/JointState": "set joints", "std_msgs/msg/Float32MultiArray":
-                    "leave joints empty"}
-        fixes = [readable[t] for t in other if t in readable]
-        fix = (fixes[0] if fixes else "the actor reads std_msgs/msg/Float32MultiArray, or "
-               "sensor_msgs/msg/JointState with joints: publish one of those")
+        arrays = {"std_msgs/msg/Float32MultiArray": "float32", "std_msgs/msg/Float64MultiArray": "float64"}
+        no_joints = "leave joints empty, " if self._spec is not None else ""
+        fixes = ["set joints" if t == "sensor_msgs/msg/JointState" else
+                 f"{no_joints}set observation_type {arrays[t]}" for t in other
+                 if t in arrays or t == "sensor_msgs/msg/JointState"]
+        fix = (fixes[0] if fixes else "the actor reads std_msgs/msg/Float32MultiArray or "
+               "Float64MultiArray (observation_type), or sensor_msgs/msg/JointState with joints: publish "
+               "one of those")
         return (f" ({topic} is published as {', '.join(other)}, this actor reads {wanted}: {fix}, or "
                 "remap observation_topic)")
 

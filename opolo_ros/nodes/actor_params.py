@@ -11,6 +11,7 @@ from opolo_ros.ros import messages as m
 
 MODES = ("train", "deploy")
 QOS_CHOICES = ("best_effort", "reliable")
+OBSERVATION_TYPES = ("float32", "float64")
 SPIN_MODES = ("block", "poll")
 
 PARAMETERS: dict[str, tuple] = {
@@ -35,6 +36,8 @@ PARAMETERS: dict[str, tuple] = {
                        "reproducibility; set to the sim bridge's max_ahead)"),
     "observation_topic": ("observation", "observation topic (Float32MultiArray, or JointState "
                                          "when `joints` is set)"),
+    "observation_type": ("float32", "array input: float32 (std_msgs/Float32MultiArray, the contract) or "
+                                    "float64 (std_msgs/Float64MultiArray, ros2_control's array type)"),
     "action_topic": ("action", "command topic (std_msgs/Float64MultiArray, environment units)"),
     "observation_qos": ("best_effort", "observation subscription: best_effort (keep last 1, the "
                                        "contract; JointState: the sensor-data preset) or reliable "

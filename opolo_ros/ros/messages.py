@@ -264,8 +264,16 @@ def fill_observation_msg(msg: Float32MultiArray, obs: np.ndarray) -> Float32Mult
     return msg
 
 
-def msg_to_observation(msg: Float32MultiArray, obs_dim: int | None = None) -> np.ndarray:
-    """Float32MultiArray -> float32 [obs_dim]; checks `obs_dim` when given."""
+def msg_to_observation(msg: Float32MultiArray | Float64MultiArray, obs_dim: int | None = None) -> np.ndarray:
+    """Float32MultiArray, or Float64MultiArray (an array state in ros2_control's type) -> float32
+    [obs_dim]; checks `obs_dim` when given."""
+    if getattr(msg, "msg_type", type(msg)) is Float64MultiArray:
+        values = _flat_vector(msg, OBS_LABEL, np.float64, obs_dim, "observation")
+        with np.errstate(over="ignore"):
+            out = values.astype(np.float32)
+        if not np.isfinite(out).all():
+            raise MessageError("observation: a value exceeds the float32 range")
+        return out
     _check_type(msg, Float32MultiArray, "observation")
     return _flat_vector(msg, OBS_LABEL, np.float32, obs_dim, "observation")
 
