@@ -119,10 +119,10 @@ CASES = {
     "node -p unknown key": Case(("sim_bridge", "--ros-args", "-p", "max_ahed:=5"),
                                 "-p max_ahed:=5: unknown key 'max_ahed', not a parameter of the sim_bridge "
                                 "node; did you mean 'max_ahead'?", node=True),
-    # rcl applies the file's learner section over a plain -p: the run went to the file's run_dir
+    # rcl applied the file's learner section over a plain -p: the run went to the file's run_dir
     "node -p shadowed by its params file": Case(("learner", "--ros-args", "--params-file", "{opolo_config}",
                                                  "-p", "run_dir:={tmp}/mine"),
-                                                "section 'learner' of ", node=True),
+                                                "did not reach the node (run_dir is 'runs/opolo/", node=True),
     "node -p unknown key of its name": Case(("sim_bridge", "--ros-args", "-p", "sim_bridge:env:=Hopper-v5"),
                                             "unknown key 'env', not a parameter of the sim_bridge node",
                                             node=True),

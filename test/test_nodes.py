@@ -807,3 +807,44 @@ def test_a_real_time_bridge_told_to_wait_for_its_controller_steps_only_once_matc
                           timeout_sec=20.0), bridge.steps
     # the controller sees the initial state before the first step (the first published was s_1)
     np.testing.assert_array_equal(seen[0], initial.astype(np.float32))
+
+
+@pytest.mark.parametrize("argv,refused", [
+    (["--params-file", "{task}", "-p", "run_dir:={tmp}/mine"], True),  # the file's learner: wins
+    (["--params-file", "{task}", "-p", "learner:run_dir:={tmp}/mine"], False),  # the form that wins
+    (["-r", "__ns:=/robot", "--params-file", "{task}", "-p", "run_dir:={tmp}/mine"], False),  # not its
+    (["--params-file", "{own}", "-p", "run_dir:={tmp}/mine"], False),  # a file with the node's section only
+], ids=["plain -p after a task file", "-p learner:", "namespaced node", "own section only"])
+def test_a_p_that_did_not_reach_the_node_is_refused(tmp_path, ros_domain_id, argv, refused):
+    """`learner --ros-args --params-file config/<task>.yaml -p run_dir:=...` trained in the file's
+    run folder: rcl applied the file's learner section over the -p (a walkthrough). The node checks
+    what it got against each -p, so where rcl's order lets the -p win nothing is refused."""
+    from opolo_ros.nodes.common import run_node
+    from opolo_ros.nodes.learner import Learner
+
+    own = tmp_path / "own.yaml"
+    own.write_text(yaml.safe_dump({"learner": {"ros__parameters": {"run_dir": str(tmp_path / "file")}}}))
+    files = {"task": str(ROOT / "config" / "inverted_pendulum.yaml"), "own": str(own), "tmp": str(tmp_path)}
+    args = ["learner", "--ros-args", *(a.format(**files) for a in argv), "-p", "demo_settle_s:=0.0"]
+    if refused:
+        assert run_node(Learner, args) == 2
+        return
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from opolo_ros.nodes.common import check_param_overrides
+
+    context = rclpy.Context()
+    context.init(args, domain_id=ros_domain_id)
+    try:
+        node = rclpy.create_node("learner", context=context)
+        node.declare_parameter("run_dir", "")
+        node.declare_parameter("demo_settle_s", 2.0)
+        assert node.get_parameter("run_dir").value == str(tmp_path / "mine")
+        check_param_overrides(node, args)  # nothing refused
+        node.set_parameters([Parameter("run_dir", value="x")])
+        with pytest.raises(ValueError, match=r"-p (learner:)?run_dir:=.* did not reach the node"):
+            check_param_overrides(node, args)
+        node.destroy_node()
+    finally:
+        context.try_shutdown()

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
@@ -214,30 +215,43 @@ def check_params_files(args: list[str], executable: str) -> None:
         if flag == "--params-file":
             node_parameters(value, name, namespace, executable, package_wide=True)
     check_param_arguments(args, executable, name, namespace)
-    check_shadowed_params(args, name, namespace)
 
 
-def check_shadowed_params(args: list[str], name: str, namespace: str) -> None:
-    """A plain ``-p key:=value`` that a ``--params-file`` section for this node also sets is an
-    error: rcl applies the node's own section over a plain ``-p`` whatever their order, so the
-    value given last on the command line was ignored (a walkthrough's ``-p run_dir:=`` ran in the
-    task file's run folder). ``-p <node>:key:=value`` is the form that wins."""
-    from opolo_ros.algo.config import flatten
-    from opolo_ros.launch_runner import own_sections, read_params_file
-
-    shadowing: dict[str, str] = {}
+def check_param_overrides(node: Node, argv: list[str]) -> None:
+    """Each ``-p key:=value`` for this node (plain, or ``-p <its name>:key:=``) the node did not get:
+    rcl applies the entries of a parameter file and of ``-p`` by an order of its own (node names in
+    the order they first appear, a plain ``-p`` filed under ``/**``), so a task file's ``learner:``
+    section after its ``/**`` section won over a plain ``-p`` given after the file, whose value was
+    ignored (a walkthrough's ``-p run_dir:=`` trained in the task file's run folder). The last ``-p``
+    of a key is what the command line says; a node that got another value is an error."""
+    args = ros_arguments(argv)
+    given: dict[str, str] = {}
     for flag, value in zip(args, args[1:]):
-        if flag == "--params-file":
-            sections = read_params_file(value)
-            for section in own_sections(name, namespace):
-                for key in flatten(sections.get(section) or {}):
-                    shadowing[key] = f"section '{section}' of {value}"
-    for flag, value in zip(args, args[1:]):
-        key, sep, given = value.partition(":=")
-        if flag in ("-p", "--param") and sep and ":" not in key and key in shadowing:
-            raise ValueError(f"{flag} {value}: {shadowing[key]} sets {key} too, and rcl applies a file's "
-                             f"section for the node over a plain -p (the value given here would be "
-                             f"ignored): write {flag} {name}:{key}:={given}")
+        key, sep, text = value.partition(":=")
+        prefix, _, key = key.rpartition(":")
+        if flag in ("-p", "--param") and sep and prefix in ("", node.get_name()) and node.has_parameter(key):
+            given[key] = text
+    for key, text in given.items():
+        try:
+            wanted = yaml.safe_load(text)
+        except yaml.YAMLError:
+            continue  # rcl refused it already, or read it otherwise: not this check's business
+        got = node.get_parameter(key).value
+        if not _same_value(got, wanted):
+            raise ValueError(f"-p {key}:={text} did not reach the node ({key} is {got!r}): a --params-file "
+                             f"section for it won over the -p (rcl's order: node names as they first "
+                             f"appear, a plain -p counts as /**); give it after the file as -p "
+                             f"{node.get_name()}:{key}:={text}, or change the file")
+
+
+def _same_value(got: object, wanted: object) -> bool:
+    if isinstance(got, (list, tuple)) and isinstance(wanted, (list, tuple)):
+        return len(got) == len(wanted) and all(_same_value(a, b) for a, b in zip(got, wanted))
+    numbers = (int, float)
+    if isinstance(got, numbers) and isinstance(wanted, numbers) and not isinstance(got, bool) \
+            and not isinstance(wanted, bool):
+        return float(got) == float(wanted) or (got != got and wanted != wanted)  # NaN is NaN here
+    return got == wanted or str(got) == str(wanted)
 
 
 def check_param_arguments(args: list[str], executable: str, name: str, namespace: str) -> None:
@@ -291,6 +305,7 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
             log_lines_over_progress_bars()
             rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
             node = factory()
+            check_param_overrides(node, argv)
             # A node may choose its executor (the actor's `executor` parameter); else the events one.
             executor = make_executor(rclpy.get_default_context(), getattr(node, "executor_kind", "events"))
             executor.add_node(node)
