@@ -492,9 +492,6 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
             raise BagError(f"{bag}: topic {topic} has type {msgtype}; expected one of "
                            f"{', '.join(STREAM_TYPES)} (or name the fields that make the observation: "
                            "obs_field=..., the config key demos_obs_field)")
-        if src_args["joints"] is not None and msgtype != JOINT_STATE:  # they would select nothing
-            raise BagError(f"{bag}: topic {topic} has type {msgtype}: joints (demos_joints) select "
-                           f"from a {JOINT_STATE} only; leave them empty for this topic")
         src = _Source(msgtype=msgtype, **src_args)
         conns = [c for c in reader.connections if c.topic == topic]
         store = _typestore()
@@ -638,6 +635,11 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
                                f"{[STEPS_LABEL, OBS_LABEL, EPISODE_LABEL]}")
             if demo_mode is None and (is_demo or len(msg.data) > msg.layout.data_offset):
                 demo_mode = is_demo  # decided by the first message that holds data (not a marker)
+                if not demo_mode and src.joints is not None:  # they would select nothing (the
+                    # project's demonstration layout ignores them: runs of sim_train before
+                    # session 18 recorded an MJCF model's joints with any bag)
+                    raise BagError(f"{bag}: topic {topic} is a stream of {src.msgtype}: joints "
+                                   f"(demos_joints) select from a {JOINT_STATE} only; leave them empty")
             if demo_mode is False and is_demo:
                 raise BagError(f"{where}: a message in the demonstration layout in an observation "
                                "stream (one topic holds one or the other)")
