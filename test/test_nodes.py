@@ -331,15 +331,26 @@ def test_bridge_survives_a_diverging_simulation(tmp_path, ros_domain_id):
     """A model that blows up under the actor's command: each such step ends its episode, is counted
     and logged, and the bridge goes on stepping (MuJoCo resets the state; nothing is published as a
     transition to the reset state)."""
+    from sensor_msgs.msg import JointState
+
     unstable = MJCF.replace('<motor joint="hinge"', '<motor joint="hinge" gear="1e12"')
-    with GraphRunner(realtime_mjcf_graph(tmp_path, unstable), ros_domain_id) as graph:
+    specs = realtime_mjcf_graph(tmp_path, unstable)
+    specs[0].parameters.update(reset_markers=True, joint_states_topic="/joint_states")
+    states: list = []
+    with GraphRunner(specs, ros_domain_id) as graph:
         bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
+        bridge.create_subscription(JointState, "/joint_states", states.append, qos_for("joint_states"))
         assert graph.spin_until(lambda: bridge.diverged >= 20, timeout_s=15.0)
         steps_then = bridge.steps
         assert graph.spin_until(lambda: bridge.steps > steps_then + 20, timeout_s=5.0)
         assert actor.actions > 0
     assert bridge.episodes >= bridge.diverged >= 20
     assert np.all(np.isfinite(bridge.obs))
+    # with reset markers: no "last state" of a diverged episode (MuJoCo's data is reset to qpos0 by
+    # then: a recording got a fake transition to it, a review)
+    last = [states[k - 1] for k, msg in enumerate(states) if msg.header.frame_id == "reset" and k]
+    assert len(last) >= 10 and not any(not np.any(msg.position) for msg in last), \
+        [list(msg.position) for msg in last[:5]]
 
 
 def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):

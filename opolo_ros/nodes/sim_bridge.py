@@ -500,7 +500,7 @@ class SimBridge(FinishableNode):
         self._dup_guard = action.tobytes() if republished else None
         self.obs = next_obs
         if term or trunc:
-            self._end_episode()
+            self._end_episode(void)
         if len(self._pending) >= self.replay_batch:
             self._flush()
 
@@ -512,7 +512,7 @@ class SimBridge(FinishableNode):
             f"the simulation diverged (NaN, inf or huge state; {self.diverged} so far): episode ended "
             f"after {self.episode_len + 1} steps, that step's transition is void", throttle_duration_sec=5.0)
 
-    def _end_episode(self) -> None:
+    def _end_episode(self, void: bool = False) -> None:
         self.episodes += 1
         self._returns.append(self.episode_return)
         self.return_pub.publish(Float64(data=self.episode_return))
@@ -524,8 +524,8 @@ class SimBridge(FinishableNode):
                                    f"last {len(recent)} {np.mean(recent):.1f}")
         self.episode_return, self.episode_len = 0.0, 0
         marked = self.reset_markers and self.joint_pub is not None
-        if marked and self.mode == "realtime":  # the episode's last state (a recording's s_T)
-            self._publish_joint_states()
+        if marked and self.mode == "realtime" and not void:  # the episode's last state (a recording's
+            self._publish_joint_states()  # s_T; after a diverged step MuJoCo's data is reset: none)
         self.obs, _ = self.env.reset()
         if marked:
             marker = JointState()
