@@ -522,7 +522,7 @@ def test_a_bridge_held_by_a_silent_learner_says_so(ros_domain_id, ros_node, capf
 
     monkeypatch.setattr(sim_bridge, "WAIT_NOTE_AFTER_S", 1.0)
     learner = FakeLearner(ros_node)  # acknowledges nothing: the bridge is held after max_ahead steps
-    spec = flow_bridge(max_ahead=10, replay_batch=5, learner_timeout_s=60.0)
+    spec = flow_bridge(max_ahead=10, replay_batch=5, learner_timeout_s=0.5)
     with GraphRunner([spec], ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
         executors = [graph.executor, learner.executor]
