@@ -78,7 +78,7 @@ ARGUMENTS = [
     LaunchArg("watch_model", "", "true: reload the model file when it changes; empty = the params "
                                  "file, else false"),
     LaunchArg("task", "", "accept only policies trained on this task (Gymnasium id, or MJCF file "
-                          "name); '*' = any; empty = the params file, else the model's own"),
+                          "name); any = every task; empty = the params file, else the model's own"),
     LaunchArg("params_file", "", "ROS 2 parameter file with an 'actor' section (safety limits, ...)"),
     LaunchArg("action_low", "", "comma-separated lower command limits (they only tighten the "
                                 "model's bounds); empty = the params file, else the model's"),

@@ -104,6 +104,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8Multi
 
 from opolo_ros.export.onnx_policy import PolicyLoadError, PolicyMetadata, PolicyRunError
 from opolo_ros.nodes.actor_params import (
+    ANY_TASK,
     MODES,
     OBSERVATION_TYPES,
     PARAMETERS,
@@ -389,10 +390,10 @@ class Actor(FinishableNode):
         time feature included, unless the clock adds that)."""
         reference = self.current or (self._staged[-1] if self._staged else None)
         task = self.task or (reference.metadata.env_id if reference else None)
-        if task not in (None, "*") and not same_task_name(meta.env_id, task):
+        if task not in (None, *ANY_TASK) and not same_task_name(meta.env_id, task):
             given = "parameter 'task' is" if self.task else "the running policy was trained on"
             return (f"the policy {origin} was trained on {meta.env_id}, {given} {task} (set task "
-                    "to '*' to accept policies of any task)")
+                    "to any to accept policies of any task)")
         if self._extra and not meta.time_feature:
             return (f"time_feature_clock is {self.clock_steps}, but the policy {origin} was trained "
                     "without the time feature: set time_feature_clock to 0")

@@ -12,6 +12,7 @@ from opolo_ros.ros import messages as m
 MODES = ("train", "deploy")
 QOS_CHOICES = ("best_effort", "reliable")
 OBSERVATION_TYPES = ("float32", "float64")
+ANY_TASK = ("any", "*")  # parameter `task`: policies of every task accepted
 SPIN_MODES = ("block", "poll")
 
 PARAMETERS: dict[str, tuple] = {
@@ -24,7 +25,8 @@ PARAMETERS: dict[str, tuple] = {
     "policy_version_topic": ("policy_version", "announces the active policy version "
                                                "(std_msgs/Int64)"),
     "task": ("", "accept only policies trained on this task (their env_id: a Gymnasium id, or an "
-                 "MJCF file, compared by file name); '' = the first policy's task; '*' = any"),
+                 "MJCF file, compared by file name); '' = the first policy's task; any (or '*', "
+                 "quoted in YAML) = any"),
     "obs_dim": (0, "expected policy input size (the model's obs_dim, a time_feature_clock's input "
                    "included); 0 = take it from the first model"),
     "act_dim": (0, "expected action size; 0 = take it from the first model"),
