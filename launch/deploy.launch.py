@@ -55,7 +55,8 @@ ARGUMENTS = [
     LaunchArg("model", "", "ONNX policy to run (required)"),
     LaunchArg("namespace", "", "namespace of the actor"),
     LaunchArg("observation_topic", "", "the robot's state topic (remap target of 'observation'); empty = "
-                                       "/joint_states with joints (argument or params file), else "
+                                       "joint_states with joints (argument or params file: "
+                                       "/joint_states, or the namespace's), else "
                                        "observation"),
     LaunchArg("action_topic", "action", "the robot's command topic (remap target of 'action')"),
     LaunchArg("joints", "", "comma-separated joint names: read sensor_msgs/JointState in this order "
@@ -171,12 +172,15 @@ def describe(args: dict) -> list:
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"])
     model = resolve_path(args["model"])
-    parameters = {**DEPLOY_DEFAULTS, **_trained_rate(model), **node_parameters(params_file, "actor", ns),
-                  "mode": "deploy", "model": model, "subscribe_policy": False, **_given(args)}
+    from_file, given = node_parameters(params_file, "actor", ns), _given(args)
+    trained = {} if "rate_hz" in from_file or "rate_hz" in given else _trained_rate(model)
+    parameters = {**DEPLOY_DEFAULTS, **trained, **from_file, "mode": "deploy", "model": model,
+                  "subscribe_policy": False, **given}
     joints = [j.strip() for j in args["joints"].split(",") if j.strip()]
     if joints:
         parameters["joints"] = joints
-    state = args["observation_topic"] or ("/joint_states" if parameters.get("joints") else "observation")
+    # relative: in a namespace the robot's own (/robot1/joint_states), else /joint_states
+    state = args["observation_topic"] or ("joint_states" if parameters.get("joints") else "observation")
     remappings = [("observation", state), ("action", args["action_topic"])]
     return [NodeSpec("actor", "actor", namespace=ns, parameters=parameters, remappings=remappings,
                      exit_ends_launch=True)]

@@ -62,7 +62,7 @@ def test_deploy_launch_passes_the_safety_arguments():
                         params_file=PARAMS)
     p = spec.parameters
     assert p["task"] == "*" and p["use_sim_time"] is True and p["observation_type"] == "float64"
-    assert ("observation", "/joint_states") in spec.remappings  # joints (the params file's): their topic
+    assert ("observation", "joint_states") in spec.remappings  # joints (the params file's): their topic
     assert ("observation", "observation") in deploy_actor(model=str(EXPERT)).remappings  # array input
     assert ("observation", "/s") in deploy_actor(model=str(EXPERT), params_file=PARAMS,
                                                  observation_topic="/s").remappings
