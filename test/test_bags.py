@@ -484,6 +484,9 @@ def test_error_episode_shorter_than_two_states(tmp_path: Path) -> None:
         read_demonstrations(_write_stream(tmp_path / "slow", {"/obs": (F32, slow)}))
     with pytest.raises(BagError, match=r"message 0 has 1 observation"):  # the whole stream
         read_demonstrations(_write_stream(tmp_path / "one", {"/obs": (F32, slow[:1])}))
+    with pytest.raises(BagError, match=r"no episodes on topic /obs \(2 single states left out: a stream "
+                                       r"published slower than the episode gap"):  # first and last
+        read_demonstrations(_write_stream(tmp_path / "two", {"/obs": (F32, slow[:2])}))
 
 
 @pytest.mark.parametrize("split", ["marker", "gap"])

@@ -607,6 +607,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
         if len(current) < 2 and (start_index == 0) != last:
             # A recording that began one step before an episode's end, or stopped one step after
             # a reset: one state of an episode that is not in the bag (no transition, nothing lost)
+            state["lone"] = state.get("lone", 0) + 1
             current = []
             return
         if len(current) < 2:
@@ -712,5 +713,7 @@ def read_demonstrations(path: str | Path, *, topic: str | None = None,
     for bag in _bag_paths(Path(path)):
         episodes.extend(_read_bag(bag, topic, src_args, gap_ns, expected_obs_dim, state))
     if not episodes:
-        raise BagError(f"{path}: no episodes on topic {state.get('topic')}")
+        lone = (f" ({state['lone']} single states left out: a stream published slower than the "
+                "episode gap needs a larger demos_episode_gap_s)") if state.get("lone") else ""
+        raise BagError(f"{path}: no episodes on topic {state.get('topic')}{lone}")
     return episodes
