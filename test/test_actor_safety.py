@@ -410,6 +410,10 @@ def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, 
     assert err.count("commands at 50 Hz, the policy") == 1, err
     assert (f"commands at 50 Hz, the policy {arm} was trained at 100 Hz (control period 0.01 s): set "
             "rate_hz to 100") in err, err
+    fast = onnx_policy(tmp_path / "fast.onnx", [0.0] * 4)  # swapped in, another training rate: said too
+    stamp_metadata(fast, {"control_period_s": 0.005})
+    err = started(arm, 50.0, swap_in=fast)
+    assert err.count("commands at 50 Hz, the policy") == 2 and "was trained at 200 Hz" in err, err
 
 
 def test_float64_array_observations_with_observation_type_float64(tmp_path, ros_domain_id, ros_node):

@@ -171,6 +171,7 @@ class Actor(FinishableNode):
         self.failed_runs = 0  # observations the model failed on (onnxruntime raised)
         self.stale = False
         self._final_sent = False  # the safe command on exit (close() may run twice)
+        self._rate_warned: float | None = None  # the training rate a rate_hz mismatch was warned of
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
         self.inference_ns = latency.DurationLog()  # policy run, deploy
         self.callback_ns = latency.DurationLog()  # observation callback, entry to published command
@@ -480,8 +481,9 @@ class Actor(FinishableNode):
                     "time_feature_clock to the training episode length (1000 for the Gymnasium MuJoCo "
                     "tasks) and the actor appends it", once=True)
             mismatch = self._rate_mismatch(loaded.metadata, loaded.origin)
-            if mismatch:
-                self.get_logger().warning(mismatch, once=True)
+            if mismatch and loaded.metadata.control_rate_hz != self._rate_warned:  # once per rate
+                self._rate_warned = loaded.metadata.control_rate_hz
+                self.get_logger().warning(mismatch)
         if self._command is None or self._command.values.size != loaded.act_dim:
             self._command = CommandBuffer(loaded.act_dim, self.echo)
             if self.mode == "deploy":  # the rate limit ramps the first command from the safe one
