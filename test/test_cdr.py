@@ -279,8 +279,8 @@ def test_joint_state_record_gives_the_same_observation() -> None:
 
 
 def test_a_record_of_another_type_is_refused_by_the_decoder() -> None:
-    record = m.deserialize(serialize_message(m.action_to_msg([0.5])), Float64MultiArray, "x")
-    with pytest.raises(m.MessageError, match="expected std_msgs/Float32MultiArray, got Float64MultiArray"):
-        m.msg_to_observation(record)
+    record = m.deserialize(serialize_message(m.observation_to_msg([0.5])), Float32MultiArray, "x")
+    with pytest.raises(m.MessageError, match="expected std_msgs/Float64MultiArray, got Float32MultiArray"):
+        m.msg_to_action(record)  # (an observation may be either: observation_type float64)
     with pytest.raises(m.MessageError, match="cannot read 4 bytes as a serialized Float32MultiArray"):
         m.deserialize(b"\x00\x01\x00\x03", Float32MultiArray, "observation")

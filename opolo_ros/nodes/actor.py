@@ -836,7 +836,6 @@ class Actor(FinishableNode):
             latency.write_json(self.stats_file, self.statistics())
             self.stats_file = ""  # close() may run twice
 
-
     def _final_safe_command(self) -> None:
         """Deploy: `safe_command` once more as the actor stops (a signal, the launch's end), so that
         a controller that holds the last command (ros2_control's forward_command_controller) does
