@@ -526,7 +526,7 @@ def demonstration_type(path: str | Path, topic: str | None = None) -> str | None
     if path.suffix == ".npz" or not path.exists():
         return None
     try:
-        topics = dict((name, kind) for name, kind, _ in bag_topics(path)[0][1])
+        topics = {name: kind for name, kind, _ in bag_topics(path)[0][1]}
         chosen = topic or _choose_topic(topics, path)
     except (BagError, IndexError):
         return None

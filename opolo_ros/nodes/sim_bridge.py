@@ -451,9 +451,9 @@ class SimBridge(FinishableNode):
     def _note_silent_learner(self) -> None:
         """Held back by flow control while the learner says nothing: a learner that was stopped or
         killed (restarted, it resumes from its checkpoint); the bridge waited without a word."""
-        silent = time.monotonic() - self._last_progress  # a learner_timeout of a slower progress: later
-        if self.flow_control and not self._waiting_action and silent > max(WAIT_NOTE_AFTER_S,
-                                                                            2 * self.learner_timeout):
+        silent = time.monotonic() - self._last_progress
+        patience = max(WAIT_NOTE_AFTER_S, 2 * self.learner_timeout)  # a learner set to report seldom
+        if self.flow_control and not self._waiting_action and silent > patience:
             self.get_logger().warning(
                 f"no progress from the learner for {silent:.0f} s (stopped? restarted, it resumes from its "
                 f"checkpoint): waiting, {self.sent - self.acked} transitions not acknowledged yet",
