@@ -117,7 +117,8 @@ def test_node_programs_answer_help_with_their_parameters(node: str) -> None:
     a walkthrough). It lists the parameters, with their defaults, and exits."""
     from opolo_ros.launch_runner import declared_parameters
 
-    result = subprocess.run([str(Path(sys.executable).parent / node), "--help"], capture_output=True,
+    argv = ["--help"] if node != "actor" else ["--ros-args", "-p", "mode:=deploy", "--", "--help"]
+    result = subprocess.run([str(Path(sys.executable).parent / node), *argv], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: {node} [--ros-args"), result.stdout[:200]

@@ -290,7 +290,7 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     argv = sys.argv if args is None else args
-    if {"-h", "--help"} & set(argv[1:argv.index("--ros-args")] if "--ros-args" in argv else argv[1:]):
+    if {"-h", "--help"} & (set(argv[1:]) - set(ros_arguments(argv))):  # the program's own, not rcl's
         from opolo_ros.launch_runner import node_help
 
         print(node_help(default_node_name(factory)))  # it started the node with its defaults
