@@ -28,6 +28,7 @@ from opolo_ros.algo.config import (
     run_section,
 )
 from opolo_ros.errors import one_line
+from opolo_ros.sim.task_ids import is_mjcf
 
 COMMAND_OF_ALGO = {"opolo": "train", "td3": "train-expert"}
 
@@ -85,7 +86,7 @@ def _check_demos(cfg: RunConfig) -> None:
 
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
     cfg = _config(args, algo=algo)
-    if cfg.env_id.endswith(".xml"):
+    if is_mjcf(cfg.env_id):
         raise ValueError(f"the direct loop trains Gymnasium tasks, not an MJCF file ({cfg.env_id}): it "
                          "evaluates on the reward, which a robot model has none of; train it through "
                          "the graph: opolo-ros launch sim_train env:=<file.xml> demos:=<bag> "
@@ -108,7 +109,7 @@ def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
 
 def _gym_task(env_id: str, command: str) -> str:
     """`env_id`, unless it is an MJCF file: those have no reward to evaluate, nor a rollout helper here."""
-    if env_id.endswith(".xml"):
+    if is_mjcf(env_id):
         what = {"record": "record a robot model's expert through the graph: opolo-ros launch "
                           "record_expert env:=<file.xml> model:=...",
                 "evaluate": "watch the policy on it through the graph instead: sim_bridge (mode "

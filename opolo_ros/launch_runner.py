@@ -54,6 +54,7 @@ from opolo_ros.algo.config import (
     read_yaml,
 )
 from opolo_ros.errors import one_line
+from opolo_ros.sim.task_ids import is_mjcf
 
 PACKAGE = "opolo_ros"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +125,7 @@ def resolve_path(value: str) -> str:
 
 def task_name(env_id: str) -> str:
     """``InvertedPendulum-v5`` -> ``inverted_pendulum``; an MJCF path -> its file stem."""
-    if env_id.endswith(".xml"):
+    if is_mjcf(env_id):
         return Path(env_id).stem
     base = re.sub(r"-v\d+$", "", env_id)
     return re.sub(r"(?<!^)(?=[A-Z])", "_", base).lower()
@@ -135,7 +136,7 @@ def task_params_file(env_id: str) -> str:
 
     None for an MJCF file: one named like a shipped task (``hopper.xml``) is still the user's own
     model, and the task's demonstrations and run folder are not its own."""
-    if env_id.endswith(".xml"):
+    if is_mjcf(env_id):
         return ""
     path = package_path("config", f"{task_name(env_id)}.yaml")
     return str(path) if path.is_file() else ""

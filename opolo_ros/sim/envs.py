@@ -218,9 +218,10 @@ def check_policy_fits(origin: object, obs_dim: int, act_dim: int, env_id: str, t
     """A policy's dimensions against the environment's, and the task it was trained on (its
     metadata's ``env_id``, when both are Gymnasium ids), as a clear error before any rollout:
     Walker2d's expert has HalfCheetah's dimensions, and would record a bag labelled HalfCheetah."""
+    from opolo_ros.sim.task_ids import is_mjcf
     from opolo_ros.sim.tasks import make_task_env  # tasks imports this module
 
-    gymnasium_ids = not (trained_on.endswith(".xml") or env_id.endswith(".xml"))
+    gymnasium_ids = not (is_mjcf(trained_on) or is_mjcf(env_id))
     if trained_on and trained_on != env_id and gymnasium_ids:
         raise ValueError(f"{origin} was trained on {trained_on} (its metadata's env_id), not {env_id}")
     env = make_task_env(env_id, time_feature=time_feature)  # a Gymnasium id or an MJCF file
