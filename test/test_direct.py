@@ -743,3 +743,39 @@ def test_num_demos_takes_the_first_episodes_and_0_takes_all(tmp_path, capsys, nu
     said = capsys.readouterr().out
     assert f"demonstrations: {taken} episodes of {path}" in said
     assert ("4 more in it left out (num_demos 2; 0 = all)" in said) == (taken == 2), said
+
+
+def test_a_resume_under_changed_values_keeps_the_config_it_ran_under(tmp_path, demos):
+    """config.yaml says what produced the folder's results: a run resumed under changed values keeps
+    the old file as config-until-step<N>.yaml; a finished run started again with other values leaves
+    config.yaml alone (nothing trained under them). Both trainers; starting over sets both aside."""
+    def configs(run):
+        return {p.name: yaml.safe_load(p.read_text()) for p in run.glob("config*.yaml")}
+
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=100)
+    DirectTrainer(cfg).train()
+    run = tmp_path / "run_td3"
+    DirectTrainer(small_cfg(tmp_path, demos, "td3", total_steps=100, eval_episodes=3)).train()
+    assert configs(run) == {"config.yaml": to_dict(cfg)}  # finished: nothing ran under the new values
+    longer = small_cfg(tmp_path, demos, "td3", total_steps=150)
+    DirectTrainer(longer).train()
+    assert configs(run) == {"config.yaml": to_dict(longer), "config-until-step100.yaml": to_dict(cfg)}
+    DirectTrainer(longer).train(resume=False)
+    assert configs(run) == {"config.yaml": to_dict(longer)}
+    previous = next(run.glob("previous-*"))
+    assert configs(previous) == {"config.yaml": to_dict(longer), "config-until-step100.yaml": to_dict(cfg)}
+
+    stream_dir = tmp_path / "stream"
+    rows = np.zeros((100, 4 + 1 + 4 + 3), np.float32)
+    for seq, total in enumerate((100, 100, 150)):
+        stream_cfg = load_run_config(None, {**to_dict(cfg), "run_dir": str(stream_dir), "total_steps": total,
+                                            "eval_episodes": 1 + seq})
+        stream = StreamTrainer(stream_cfg, policy_every=total, hooks=quiet_hooks())
+        stream.start(None, resume=True, journal=False, journal_fsync=False)
+        stream.ingest(ReplayBatch.from_rows(rows, stream.obs_dim, seq=seq, source=1))
+        stream.finish()
+        stream.close()
+        if seq == 1:  # finished at 100: started again with eval_episodes 2, config.yaml unchanged
+            assert configs(stream_dir) == {"config.yaml": {**to_dict(cfg), "run_dir": str(stream_dir)}}
+    assert yaml.safe_load((stream_dir / "config.yaml").read_text())["total_steps"] == 150
+    assert yaml.safe_load((stream_dir / "config-until-step100.yaml").read_text())["eval_episodes"] == 1

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from tqdm import tqdm
 
 from opolo_ros.algo.config import RunConfig, to_dict
@@ -58,7 +57,7 @@ from opolo_ros.train.checkpoint import (
     trainer_of,
 )
 from opolo_ros.train.logger import RunLogger, purge_step
-from opolo_ros.train.runfolder import set_aside_previous_run
+from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
@@ -439,16 +438,22 @@ class DirectTrainer:
             moved = set_aside_previous_run(self.run_dir)
             if moved is not None:
                 tqdm.write(f"starting over: the previous run's files are in {moved}")
+        nothing_to_train = False
         if resume and self.checkpoint_path.is_file():
             self.restore()
             self._recall_last_evaluation()
-            if self.finished and self.pending is None and not self.eval_due:
+            nothing_to_train = self.finished and self.pending is None and not self.eval_due
+            if nothing_to_train:
                 tqdm.write(f"{self.run_dir} holds a finished run (step {self.step}): nothing to train; "
                            "its result again (--no-resume or another run_dir trains anew)")
             else:  # as the graph's learner says it
                 tqdm.write(f"resumed from {self.checkpoint_path} at step {self.step}")
-        # after the restore: a checkpoint refused for this config keeps the config it was written with
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        # after the restore: a checkpoint refused for this config keeps the config it was written
+        # with, and so does a finished run run again
+        if not nothing_to_train:
+            kept = write_run_config(self.run_dir, to_dict(cfg), self.step)
+            if kept is not None:
+                tqdm.write(f"the config it ran under until now is kept as {kept}")
         if math.isnan(self.random_return):
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
         logger = RunLogger(self.run_dir, purge_from=purge_step(self.step))

@@ -3,6 +3,9 @@
 Its files would mix with the new run's: TensorBoard shows both event files as one run, eval.csv
 keeps the old rows before the new run's first evaluation, and the old best policy stays until a new
 one beats it. They are moved, not deleted, into ``<run_dir>/previous-<date>-<time>/``.
+
+A run resumed under changed config values keeps the config it ran under until then beside the new
+``config.yaml`` (``config-until-step<N>.yaml``), so the folder still says what produced its results.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 RUN_FILES = ("checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx", "policy_best.onnx",
              "learning_curve.png", "replay_journal.bin", "learner_params.yaml", "launch_params.yaml")
@@ -19,6 +25,7 @@ RUN_FILES = ("checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx", "p
 def set_aside_previous_run(run_dir: Path) -> Path | None:
     """Move the files of an earlier run out of `run_dir`; the folder they went to, None if none."""
     present = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
+    present += sorted(run_dir.glob("config-until-step*.yaml"))
     if not present:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -29,3 +36,19 @@ def set_aside_previous_run(run_dir: Path) -> Path | None:
     for path in present:
         os.replace(path, dest / path.name)
     return dest
+
+
+def write_run_config(run_dir: Path, config: dict[str, Any], step: int) -> Path | None:
+    """Write the run's ``config.yaml``. When it held other values and the run is past step 0 (it
+    resumes under changed values), that file is kept as ``config-until-step<step>.yaml`` first;
+    returns the kept file's path, None when nothing was kept."""
+    path = run_dir / "config.yaml"
+    text = yaml.safe_dump(config, sort_keys=False)
+    kept = None
+    if step > 0 and path.is_file() and path.read_text() != text:
+        kept, k = run_dir / f"config-until-step{step}.yaml", 1
+        while kept.exists():  # resumed at the same step twice, each time with other values
+            kept, k = run_dir / f"config-until-step{step}-{k}.yaml", k + 1
+        os.replace(path, kept)
+    path.write_text(text)
+    return kept

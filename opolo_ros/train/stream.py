@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-import yaml
 
 from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
@@ -62,7 +61,7 @@ from opolo_ros.train.direct import (
     seed_everything,
 )
 from opolo_ros.train.logger import RunLogger, purge_step
-from opolo_ros.train.runfolder import set_aside_previous_run
+from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
@@ -158,8 +157,11 @@ class StreamTrainer:
             self.hooks.log.info(f"new run of {cfg.total_steps} transitions in {self.run_dir}")
         self._backlog = self._open_journal(journal, journal_fsync, resume)
         # after the restore and the journal: a run refused for this config keeps the config it was
-        # written with
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        # written with, and so does a finished run started again
+        if not (self.done and self.pending is None and not self._periodic_due and not self._backlog):
+            kept = write_run_config(self.run_dir, to_dict(cfg), self.step)
+            if kept is not None:
+                self.hooks.log.info(f"the config it ran under until now is kept as {kept}")
         untrained = untrained_warning(cfg, self.schedule)
         if untrained:
             self.hooks.log.warning(untrained)
