@@ -136,10 +136,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.stamp:
         from opolo_ros.export.onnx_policy import stamp_metadata
 
-        stamp_metadata(args.model, {"eval_return_mean": round(float(returns.mean()), 2),
-                                    "eval_return_std": round(float(returns.std()), 2),
-                                    "eval_episodes": len(returns), "eval_seed": args.seed})
-        print(f"wrote the evaluation into the metadata of {args.model}")
+        values = {"eval_return_mean": round(float(returns.mean()), 2),
+                  "eval_return_std": round(float(returns.std()), 2),
+                  "eval_episodes": len(returns), "eval_seed": args.seed}
+        also = ""
+        if policy.metadata.control_period_s is None and env_id == policy.metadata.env_id:
+            # a model exported before exports recorded it: its own task's period, for the actor
+            from opolo_ros.sim.envs import make_env
+            from opolo_ros.sim.tasks import control_period
+
+            env = make_env(env_id)
+            values["control_period_s"] = control_period(env)
+            env.close()
+            also = f" and its task's control period ({values['control_period_s']:g} s)"
+        stamp_metadata(args.model, values)
+        print(f"wrote the evaluation{also} into the metadata of {args.model}")
     return 0
 
 
@@ -388,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--seed", type=seed_value, default=10_000)
     ev.add_argument("--stamp", action="store_true",
-                    help="write the evaluation (mean/std/episodes/seed) into the model's metadata")
+                    help="write the evaluation (mean/std/episodes/seed) into the model's metadata, "
+                         "and its task's control period where the model does not record one")
     ev.set_defaults(func=cmd_evaluate)
 
     ex = sub.add_parser("export", help="export the policy of a checkpoint to ONNX (config: --config, "

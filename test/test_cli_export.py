@@ -221,3 +221,38 @@ def test_a_run_trained_on_a_gpu_exports_on_a_machine_without_one(tmp_path: Path)
     assert "device: cuda" in config.read_text()
     assert cli.main(["export", str(checkpoint), str(tmp_path / "out.onnx")]) == 0
     assert load_policy(tmp_path / "out.onnx").metadata.obs_dim == 4
+
+
+def without_control_period(model: Path, out: Path) -> Path:
+    """A copy of `model` as exports wrote it before they recorded `control_period_s`."""
+    import onnx
+
+    proto = onnx.load(str(model))
+    props = {p.key: p.value for p in proto.metadata_props if p.key != "control_period_s"}
+    del proto.metadata_props[:]
+    for key, value in props.items():
+        proto.metadata_props.add(key=key, value=value)
+    onnx.save(proto, str(out))
+    assert load_policy(out).metadata.control_period_s is None
+    return out
+
+
+def test_evaluate_stamp_records_the_tasks_control_period_where_the_model_has_none(tmp_path: Path,
+                                                                                   capsys) -> None:
+    """`evaluate --stamp` on a model exported before exports recorded `control_period_s` (the
+    experts shipped before session 19) adds its task's period, so the actor can compare its own
+    rate with it; a period a model records is left alone."""
+    old = without_control_period(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx",
+                                 tmp_path / "old.onnx")
+
+    assert cli.main(["evaluate", str(old), "--episodes", "1", "--stamp"]) == 0
+    assert "and its task's control period (0.04 s)" in capsys.readouterr().out
+    meta = load_policy(old).metadata
+    assert (meta.control_period_s, meta.extra["eval_episodes"]) == (pytest.approx(0.04), "1")
+
+    from opolo_ros.export.onnx_policy import stamp_metadata
+
+    stamp_metadata(old, {"control_period_s": 0.01})  # a period the model records stays its own
+    assert cli.main(["evaluate", str(old), "--episodes", "2", "--stamp"]) == 0
+    meta = load_policy(old).metadata
+    assert (meta.control_period_s, meta.extra["eval_episodes"]) == (pytest.approx(0.01), "2")

@@ -101,8 +101,11 @@ def test_the_rate_defaults_to_the_models_training_rate_else_50(tmp_path):
     """An MJCF arm trained at 100 Hz got half its commands from the launch's 50 Hz default ("304 of
     611 steps found no new command", a walkthrough). A model whose metadata says its control
     period is commanded at 1 / that period unless the argument or the params file sets rate_hz; a
-    model that does not say (the shipped experts) at its Gymnasium task's rate (the docstring's
-    Hopper example ran at 50 Hz, the expert trained at 125: it fell, a walkthrough), else 50 Hz."""
+    model that does not say (the shipped experts until session 19) at its Gymnasium task's rate
+    (the docstring's Hopper example ran at 50 Hz, the expert trained at 125: it fell, a
+    walkthrough), else 50 Hz."""
+    from test_cli_export import without_control_period
+
     from opolo_ros.export.onnx_policy import stamp_metadata
 
     arm = tmp_path / "arm.onnx"
@@ -116,7 +119,9 @@ def test_the_rate_defaults_to_the_models_training_rate_else_50(tmp_path):
 
     assert rate(arm) == pytest.approx(100.0)
     assert rate(EXPERT) == pytest.approx(25.0)  # InvertedPendulum-v5: 0.04 s
-    assert rate(ROOT / "models" / "experts" / "Hopper-v5.onnx") == pytest.approx(125.0)  # 0.008 s
+    hopper = ROOT / "models" / "experts" / "Hopper-v5.onnx"
+    assert rate(hopper) == pytest.approx(125.0)  # 0.008 s, in its metadata
+    assert rate(without_control_period(hopper, tmp_path / "old_hopper.onnx")) == pytest.approx(125.0)
     from test_nodes import onnx_policy  # an MJCF robot's policy from before models said their rate
 
     assert rate(onnx_policy(tmp_path / "robot.onnx", [0.0] * 4, env=str(tmp_path / "robot.xml"))) == 50.0
