@@ -26,8 +26,9 @@ and optionally rate limited, published at ``rate_hz`` from the newest observatio
 ros2_control convention (std_msgs/Float64MultiArray, reliable QoS as
 ``forward_command_controller`` requires). ``rate_hz`` defaults to the rate the policy was trained
 at, 1 / the ``control_period_s`` of its metadata (InvertedPendulum-v5: 25 Hz; a policy trained on
-an MJCF file: 1 / its timestep); for a model exported before models said it (the shipped
-experts), its Gymnasium task's control rate (Hopper-v5: 125 Hz), else (an MJCF task) 50 Hz;
+an MJCF file: 1 / its timestep); for a model exported before models said it
+(``opolo-ros evaluate --stamp`` adds it), its Gymnasium task's control rate (Hopper-v5:
+125 Hz), else (an MJCF task) 50 Hz;
 ``rate_hz:=0`` sends one command per observation. The actor warns once when a fixed
 rate is more than 10 % off the training rate. Bad observations (NaN/inf, wrong length) are dropped
 and counted; a watchdog publishes ``safe_command`` when observations stop for
@@ -114,7 +115,7 @@ DEPLOY_DEFAULTS = {"rate_hz": 50.0, "command_qos": "reliable", "watch_model": Fa
 
 def _trained_rate(model: str) -> dict:
     """``{"rate_hz": 1 / control_period_s}`` of the model's metadata, the rate its policy was trained
-    at; for a model that does not say (exported before models did: the shipped experts) and names a
+    at; for a model that does not say (exported before models did) and names a
     Gymnasium task, that task's control rate; empty for an MJCF task's such model, or a model that
     cannot be loaded (the actor then refuses it with its own error)."""
     try:

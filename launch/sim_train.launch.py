@@ -41,7 +41,8 @@ ARGUMENTS = [
     LaunchArg("params_file", "", "ROS 2 parameter file; empty = the package's config/<task>.yaml for "
                                  "env (e.g. inverted_pendulum.yaml), or node defaults if there is none"),
     LaunchArg("demos", "", "expert demonstrations: rosbag2 bag, folder of bags or .npz; empty = the "
-                           "learner's 'demos' in the parameter file, else models/demos/<env>"),
+                           "parameter file's demos (learner, /** or demo_player section), else "
+                           "models/demos/<env>"),
     LaunchArg("num_demos", "", "demonstration episodes to train on (the bag's first ones); 0 = all; "
                                "empty = the file's, else 4 (the paper's)"),
     LaunchArg("seed", "", "seed of the simulation, the exploration and the learner; empty = the file's"),
@@ -49,7 +50,9 @@ ARGUMENTS = [
                                "policy_version); /opolo/* topics stay shared"),
     LaunchArg("total_steps", "", "environment steps (transitions) of the run; empty = the file's"),
     LaunchArg("run_dir", "", "run folder (policy, logs, checkpoint); empty = the file's run_dir + "
-                             "'-graph' (kept apart from the direct loop's runs)"),
+                             "'-graph' (kept apart from the direct loop's runs); with env:= of "
+                             "another task than the file's, or an MJCF file the file gives no "
+                             "run_dir of its own: runs/opolo/<task or file stem>-graph"),
     LaunchArg("resume", "", "resume from the run folder's checkpoint when there is one (true/false); "
                             "empty = the file's learner value, else true"),
     LaunchArg("max_ahead", "", "transitions the bridge may run ahead of the learner (flow control); "

@@ -361,12 +361,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="opolo-ros", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = p.add_subparsers(dest="command", required=True)
 
-    def run_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--config", help="run config YAML (see config/*.yaml)")
+    def run_args(sp: argparse.ArgumentParser, expert: bool = False) -> None:
+        sp.add_argument("--config", help="run config YAML (see config/experts/*.yaml)" if expert else
+                        "run config YAML (see config/*.yaml; config/experts/ holds train-expert's)")
         sp.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="override a config value, e.g. --set schedule.batch_size=256 (repeatable)")
         sp.add_argument("--env-id", dest="env_id")
-        sp.add_argument("--demos", help="demonstrations: rosbag2 bag, folder of bags, or .npz")
+        # train-expert takes --demos only to say that a TD3 expert learns from the reward instead
+        sp.add_argument("--demos", help=argparse.SUPPRESS if expert else
+                        "demonstrations: rosbag2 bag, folder of bags, or .npz")
         sp.add_argument("--seed", type=seed_value)
         sp.add_argument("--total-steps", dest="total_steps", type=int)
         sp.add_argument("--run-dir", dest="run_dir")
@@ -389,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     te = sub.add_parser("train-expert", help="train a TD3 expert on the environment reward")
-    run_args(te)
+    run_args(te, expert=True)
     te.add_argument("--no-resume", action="store_true", help="start over (as train's)")
     te.set_defaults(func=lambda a: cmd_train(a, algo="td3"))
 
@@ -462,7 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     qu = sub.add_parser("queue", help="run a queue file of long, resumable jobs a few at a time")
     qu.add_argument("file", help="queue YAML: jobs: [{name: ..., command: ...}, ...] in priority order; "
                                  "a command runs without a shell (sh -c '...' for pipes, &&, $VARS)")
-    qu.add_argument("--parallel", type=int, default=1, help="jobs at a time (one per free core)")
+    qu.add_argument("--parallel", type=int, default=1,
+                    help="jobs at a time (default 1; one per free core at most: training jobs share the CPU)")
     qu.add_argument("--nice", type=int, default=0,
                     help="run the jobs this much nicer than the queue (0..19, as `nice -n`)")
     qu.add_argument("--state-dir", dest="state_dir",
