@@ -131,3 +131,16 @@ def test_td3_losses_by_hand():
     q_sa = T([[1.0, 2.0], [3.0, 4.0]])
     assert losses.td3_critic_loss(q_sa, T([2.0, 2.0])).item() == pytest.approx(0.5 + 2.5)
     assert losses.td3_actor_loss(T([1.0, 3.0])).item() == pytest.approx(-2.0)
+
+
+def test_the_residual_clip_cuts_the_gradient_below_zero_and_saturates_it_above_the_clip():
+    """d/d delta of -f*(clip(delta)) with f*(y) = y^2 / 2: 0 for delta < 0, -delta inside [0, c],
+    -c above c (a plain clamp gave 0 there: the largest residuals taught the policy nothing)."""
+    residual = T([[-1.0, 3.0], [150.0, 0.5]]).requires_grad_()
+    loss = losses.dice_actor_loss(None, alpha=0.5, gamma=0.9, residual=residual, residual_clip=100.0)
+    assert loss.item() == pytest.approx(-((0.0 + 4.5) / 2 + (5000.0 + 0.125) / 2))
+    loss.backward()
+    torch.testing.assert_close(residual.grad, T([[0.0, -3.0], [-100.0, -0.5]]) / 2)
+    unclipped = T([[150.0]]).requires_grad_()
+    losses.dice_actor_loss(None, 0.5, 0.9, unclipped, residual_clip=float("inf")).backward()
+    assert unclipped.grad.item() == -150.0

@@ -53,7 +53,8 @@ class OPOLOConfig:
     alpha: float = 0.1
     # f*(y) = |y|^q / q with 1/p + 1/q = 1; q = 2 is the paper's f(x) = x^2 / 2.
     f_q: float = 2.0
-    # Bellman residual clip (released code clips to [0, 100] in the actor term).
+    # Bellman residual clip (released code clips to [0, 100] in the actor term); beyond it the
+    # residual policy gradient saturates at f*'(clip) (AlgaeDICE), it is not cut off.
     residual_clip: float = 100.0
     # (a) residual: gradient to pi through Q(s', pi(s')) inside the clipped residual (paper /
     #     AlgaeDICE); stop_gradient: residual carries no policy gradient (released code). The

@@ -86,6 +86,15 @@ def dice_critic_loss(q_sa: torch.Tensor, target: torch.Tensor, q_init: torch.Ten
     return init_term + f_star(residual, f_q).mean(-1).sum()
 
 
+def clip_residual(residual: torch.Tensor, clip: float) -> torch.Tensor:
+    """clamp(delta, 0, clip) in value. Its gradient is 0 below 0 (the paper clips the residual to
+    above 0 for the policy gradient) and 1 above it, also beyond `clip`: there f*(.) passes on
+    f*'(clip), as AlgaeDICE's saturating clip does, where a plain clamp would drop the largest
+    residuals' gradient altogether."""
+    positive = residual.clamp(min=0.0)
+    return positive - (positive - clip).clamp(min=0.0).detach()
+
+
 def dice_actor_loss(q_init: torch.Tensor | None, alpha: float, gamma: float,
                     residual: torch.Tensor | None = None, f_q: float = 2.0,
                     residual_clip: float = 100.0) -> torch.Tensor:
@@ -94,13 +103,14 @@ def dice_actor_loss(q_init: torch.Tensor | None, alpha: float, gamma: float,
     `residual` is delta_j = r + gamma Q_j(s', pi(s')) - Q_j(s, a), shape [2, B], carrying gradient
     to pi through Q_j(s', pi(s')) (the paper / AlgaeDICE form); None drops the term, which is what
     the released code's stop-gradient form amounts to (its clipped term has no policy gradient).
+    The clip is :func:`clip_residual`'s: no gradient below 0, a saturated one above `c`.
     `q_init` None leaves the s0 term out (the caller adds it, see `linear_surrogate`).
     """
     terms = []
     if q_init is not None:
         terms.append(-2.0 * alpha * (1.0 - gamma) * q_init.min(0).values.mean())
     if residual is not None:
-        terms.append(-f_star(residual.clamp(0.0, residual_clip), f_q).mean(-1).sum())
+        terms.append(-f_star(clip_residual(residual, residual_clip), f_q).mean(-1).sum())
     if not terms:
         raise ValueError("dice_actor_loss needs q_init, residual or both")
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
