@@ -779,3 +779,132 @@ def test_a_resume_under_changed_values_keeps_the_config_it_ran_under(tmp_path, d
             assert configs(stream_dir) == {"config.yaml": {**to_dict(cfg), "run_dir": str(stream_dir)}}
     assert yaml.safe_load((stream_dir / "config.yaml").read_text())["total_steps"] == 150
     assert yaml.safe_load((stream_dir / "config-until-step100.yaml").read_text())["eval_episodes"] == 1
+
+
+def test_a_stop_while_a_restarted_learner_catches_up_publishes_no_older_acknowledgement(tmp_path, demos):
+    """Learner A acknowledged 5 batches (50 transitions) with a checkpoint at 20, then crashed. B
+    resumes and is stopped before, or in the middle of, the journal's replay: before, B published
+    the checkpoint's acknowledgement (or one inside the journal) all the same, a bridge numbered new
+    batches from it, and C, replaying the whole journal, dropped them as duplicates yet
+    acknowledged them. Now nothing goes out until the journal is consumed; B's stop checkpoint is
+    not written again where it stands where B loaded it; C acknowledges all of A's batches."""
+    base = to_dict(small_cfg(tmp_path, demos, "td3"))
+    cfg = load_run_config(None, {**base, "schedule": {**base["schedule"], "warmup_steps": 10**6}})
+    rng = np.random.default_rng(0)
+    batches = [ReplayBatch.from_rows(np.concatenate([rng.normal(size=(10, 10)), np.zeros((10, 2))], axis=1)
+                                     .astype(np.float32), 4, seq=k, source=9) for k in range(5)]
+    published: list[tuple] = []
+
+    def trainer() -> StreamTrainer:
+        hooks = StreamHooks(lambda path, version: published.append(("policy", version)),
+                            lambda: published.append(("progress", tuple(stream.acks[9]))),
+                            logging.getLogger("s"))
+        stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
+        stream.start(None, resume=True, journal=True, journal_fsync=False)
+        return stream
+
+    a = trainer()
+    for k, batch in enumerate(batches):
+        a.ingest(batch)
+        if k == 1:
+            a.save()
+    assert published[-1] == ("progress", (4, 50))
+    a.close()  # a crash after the last acknowledgement: no checkpoint at the end
+    checkpoint = tmp_path / "run_td3" / "checkpoint.pt"
+    written = checkpoint.stat().st_mtime_ns
+
+    for stop_after_rows in (0, 15):  # stopped before the journal's replay, then inside it
+        published.clear()
+        b = trainer()
+        add, added = b.replay.add, []
+
+        def add_then_stop(*row, b=b, add=add, added=added, n=stop_after_rows) -> None:
+            add(*row)
+            added.append(1)
+            if len(added) == n:
+                b.stop.set()
+
+        b.replay.add = add_then_stop
+        if stop_after_rows == 0:
+            b.stop.set()
+        b.catch_up()
+        assert published == [] and b.step == 20 + stop_after_rows
+        assert b.checkpoint_if_stopped()
+        # nothing new since the checkpoint B loaded: not written again
+        assert (checkpoint.stat().st_mtime_ns == written) == (stop_after_rows == 0)
+        b.close()
+
+    published.clear()
+    c = trainer()
+    c.catch_up()
+    assert c.step == 50 and published == [("policy", 50), ("progress", (4, 50))]
+    c.close()
+
+
+def test_a_stop_during_a_periodic_checkpoint_does_not_write_it_again(tmp_path, demos, monkeypatch):
+    import opolo_ros.train.stream as stream_module
+
+    cfg = small_cfg(tmp_path, demos, "td3", checkpoint_every=10)
+    stream = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    stream.start(None, resume=False, journal=False, journal_fsync=False)
+    writes = []
+
+    def save_then_stop(path, state) -> None:
+        writes.append(state["step"])
+        stream.stop.set()  # SIGTERM while the checkpoint is written
+
+    monkeypatch.setattr(stream_module, "save_checkpoint", save_then_stop)
+    rows = np.zeros((10, 4 + 1 + 4 + 3), np.float32)
+    stream.ingest(ReplayBatch.from_rows(rows, stream.obs_dim, seq=0, source=1))
+    assert stream.checkpoint_if_stopped() and writes == [10]
+    stream.close()
+
+
+def test_a_checkpoint_that_cannot_be_written_says_so_in_one_line_and_keeps_the_old_one(tmp_path, monkeypatch):
+    """A full disk: torch's message ("[enforce fail at inline_container.cc:672] . unexpected pos
+    ...") named neither the file nor the disk. Now one line does; the previous checkpoint stays
+    and no temporary file is left."""
+    import opolo_ros.train.checkpoint as ckpt
+
+    path = tmp_path / "checkpoint.pt"
+    ckpt.save_checkpoint(path, {"step": 1})
+    before = path.read_bytes()
+
+    def full_disk(state, f) -> None:
+        f.write(b"PK\x03\x04 partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] .\nunexpected pos 58752 vs 58640")
+
+    monkeypatch.setattr(ckpt.torch, "save", full_disk)
+    with pytest.raises(ckpt.CheckpointWriteError) as err:
+        ckpt.save_checkpoint(path, {"step": 2})
+    message = str(err.value)
+    assert "\n" not in message and f"could not write checkpoint {path}" in message
+    assert re.search(r"\d+ MiB free on its disk\): the previous checkpoint is kept$", message), message
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_a_crashed_runs_journal_is_not_deleted_by_a_restart_without_journal(tmp_path, demos):
+    """journal: false used to delete the journal of a crashed run, and with it the transitions it had
+    acknowledged after its checkpoint; now such a start is refused in one line, the file kept."""
+    from opolo_ros.train.checkpoint import CheckpointError
+
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=10_000)
+    rows = np.zeros((10, 4 + 1 + 4 + 3), np.float32)
+    crashed = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    crashed.start(None, resume=True, journal=True, journal_fsync=False)
+    crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=0, source=1))
+    crashed.save()
+    crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=1, source=1))
+    crashed.close()  # no checkpoint at 20: the journal holds transitions 10..20
+    journal = tmp_path / "run_td3" / "replay_journal.bin"
+    size = journal.stat().st_size
+    without = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    with pytest.raises(CheckpointError, match=r"holds 10 transitions after the checkpoint \(step 10\).*"
+                                              r"journal:=true"):
+        without.start(None, resume=True, journal=False, journal_fsync=False)
+    without.close()
+    assert journal.stat().st_size == size
+    fresh = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())  # starting over: set aside
+    fresh.start(None, resume=False, journal=False, journal_fsync=False)
+    fresh.close()
+    assert not journal.exists()

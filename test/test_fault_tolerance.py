@@ -754,3 +754,30 @@ def test_a_node_started_with_sigint_ignored_keeps_a_sigint_that_comes_while_it_s
             proc.kill()
             proc.wait(timeout=10.0)
     assert proc.returncode == 0 and "Traceback" not in output, output[-3000:]
+
+
+def test_a_learner_whose_files_fail_to_close_still_ends(tmp_path, demos, ros_domain_id):
+    """A full disk: the stop checkpoint fails, then closing the TensorBoard writer raises its failed
+    write. The learner used to wait for ever (its `finished` never set, the run folder's lock held,
+    the launch hanging until its stop timeout); now it ends at once with the error."""
+    import errno
+
+    from opolo_ros.data.demos import load_episodes
+
+    with GraphRunner([resume_learner_spec(tmp_path)], ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        for k, ep in enumerate(load_episodes(demos)):
+            learner._on_demo(m.demonstration_to_msg(ep.obs, ep.ret, k))
+        for msg in replay_batches()[:1]:
+            learner._on_replay(msg)
+        assert graph.spin_until(lambda: learner.trainer.step >= 20, timeout_s=60.0)
+
+        def disk_full(*args) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        learner.trainer.save = disk_full
+        learner.trainer.logger.close = disk_full
+        started = time.monotonic()
+        graph.stop(timeout_s=10.0)
+        assert learner.finished.is_set() and time.monotonic() - started < 5.0
+        assert isinstance(learner.error, OSError) and not learner.trainer._lock.held

@@ -49,14 +49,17 @@ def test_torn_or_corrupt_tail_is_dropped(tmp_path):
     records = written(path)
     data = path.read_bytes()
     path.write_bytes(data[:-5])  # a crash in the middle of the last append
-    assert same(ReplayJournal(path, FIELDS).open(), records[:2])
+    torn = ReplayJournal(path, FIELDS)
+    assert same(torn.open(), records[:2])
+    assert torn.dropped == (len(records[2].encode()) - 5, records[1].end_step)  # what the learner logs
     corrupt = bytearray(data)
     corrupt[HEADER.size + 4] ^= 0xFF  # a flipped bit in the first record's rows: its crc fails
     path.write_bytes(bytes(corrupt))
-    assert ReplayJournal(path, FIELDS).open() == []
+    damaged = ReplayJournal(path, FIELDS)
+    assert damaged.open() == [] and damaged.dropped == (len(data), None)
     path.write_bytes(data + b"\x00" * 3)
     journal = ReplayJournal(path, FIELDS)
-    assert same(journal.open(), records)
+    assert same(journal.open(), records) and journal.dropped == (3, records[-1].end_step)
     journal.append(record(9, 1, 3))  # appends after the dropped garbage, readable again
     journal.close()
     assert same(ReplayJournal(path, FIELDS).open(), [*records, record(9, 1, 3)])

@@ -244,8 +244,10 @@ LEARNER_PARAMETERS: dict[str, tuple] = {
     "progress_period_s": (1.0, "also re-publish the learner progress this often"),
     "journal": (True, "append each replay batch to <run_dir>/replay_journal.bin before acknowledging "
                       "it, and consume the journal again after a restart (no acknowledged transition "
-                      "is lost to a crash); false: a stop or crash in the middle of a batch loses the "
-                      "rest of that batch"),
+                      "is lost to a crash); false: a crash loses every transition acknowledged since "
+                      "the last checkpoint, a stop in the middle of a batch the rest of that batch (a "
+                      "run folder whose journal holds transitions after its checkpoint is refused "
+                      "with false)"),
     "journal_fsync": (False, "also fsync the journal before each acknowledgement: durable against a "
                              "machine crash, not only a crash of the process (costs 6% of the steps/s "
                              "with max_ahead 50, 20% with max_ahead 0 here; BENCHMARKS.md)"),

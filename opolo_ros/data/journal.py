@@ -83,6 +83,11 @@ def _records(data: bytes) -> Iterator[tuple[int, JournalRecord]]:
         offset = end
 
 
+def read_records(path: Path) -> list[JournalRecord]:
+    """The whole records of a journal file, without opening it for appending (nor rewriting it)."""
+    return [rec for _, rec in _records(path.read_bytes())] if path.is_file() else []
+
+
 class ReplayJournal:
     """The journal file of one run: :meth:`open`, :meth:`append` per batch, :meth:`sync` before
     acknowledging it, :meth:`truncate` per checkpoint, :meth:`close`. With `fsync` every record is
@@ -95,6 +100,8 @@ class ReplayJournal:
         self._fd: int | None = None
         self._index: list[tuple[int, int]] = []  # (end_step, offset) of each record in the file
         self._size = 0
+        # what open() left out of the file: (bytes, the step after the last whole record or None)
+        self.dropped: tuple[int, int | None] = (0, None)
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix="journal_fsync") if fsync else None
         self._sync: Future | None = None  # the fsync of the newest records, running
 
@@ -105,7 +112,10 @@ class ReplayJournal:
         starts an empty journal (a run that does not resume).
         """
         data = b"" if discard or not self.path.is_file() else self.path.read_bytes()
-        records = [rec for _, rec in _records(data) if rec.end_step > keep_from]
+        parsed = list(_records(data))
+        whole = parsed[-1][0] + HEADER.size + parsed[-1][1].rows.nbytes if parsed else 0
+        self.dropped = (len(data) - whole, parsed[-1][1].end_step if parsed else None)
+        records = [rec for _, rec in parsed if rec.end_step > keep_from]
         for rec in records:
             if rec.rows.shape[1] != self.fields:
                 raise ValueError(f"replay journal {self.path} holds transitions of {rec.rows.shape[1]} "
@@ -180,13 +190,13 @@ class ReplayJournal:
             os.close(fd)
         os.replace(tmp, self.path)
         if self.fsync:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         self._index = [(rec.end_step, offset) for offset, rec in _records(data)]
         self._size = len(data)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     """Make a rename in `path` durable."""
     fd = os.open(path, os.O_RDONLY)
     try:

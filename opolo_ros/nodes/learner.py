@@ -86,7 +86,7 @@ from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
 from opolo_ros.ros.subscribe import subscribe
 from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature
-from opolo_ros.train.checkpoint import CheckpointError, TrainingDiverged
+from opolo_ros.train.checkpoint import CheckpointError, CheckpointWriteError, TrainingDiverged
 from opolo_ros.train.direct import TrainResult
 from opolo_ros.train.reorder import ReorderBuffer
 from opolo_ros.train.runlock import RunFolderInUse
@@ -227,7 +227,7 @@ class Learner(FinishableNode):
                 self.trainer.finish()
         except EvaluationInterrupted:
             pass  # checkpointed below
-        except (RunFolderInUse, CheckpointError, TrainingDiverged) as err:  # clear: one line, no traceback
+        except (RunFolderInUse, CheckpointError, CheckpointWriteError, TrainingDiverged) as err:  # one line
             self.error = err
             self.get_logger().error(f"learner failed: {err}")
         except Exception as err:  # reported, and the node ends instead of hanging the graph
@@ -245,8 +245,13 @@ class Learner(FinishableNode):
             self.error = err
             self.get_logger().error(f"could not write the checkpoint when stopping: {err}")
         finally:
-            self.trainer.close()
-            self.finished.set()
+            try:
+                self.trainer.close()
+            except Exception as err:  # e.g. a full disk: still an end, not a node waiting forever
+                self.error = self.error or err
+                self.get_logger().error(f"could not close the run's files: {err}")
+            finally:
+                self.finished.set()
 
     def _prepare(self) -> bool:
         episodes = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -10,16 +11,23 @@ from typing import Any
 import torch
 
 from opolo_ros.algo.config import flatten
+from opolo_ros.data.journal import fsync_dir
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or cannot resume this run (a one-line condition)."""
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint that could not be written (a full disk, most often); the previous one is kept."""
+
+
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
-    """Write `state` to a temporary file next to `path`, then rename it over `path`. Temporary files
-    of a save that was killed (``kill -9`` mid-write) are removed first: one writer per run folder
-    (its lock), so none of them is in use."""
+    """Write `state` to a temporary file next to `path`, then rename it over `path` (and make the
+    rename durable). Temporary files of a save that was killed (``kill -9`` mid-write) are removed
+    first: one writer per run folder (its lock), so none of them is in use. A failed write raises
+    :class:`CheckpointWriteError` in one line naming the file and the disk's free space (torch's
+    own message for a full disk names neither) and leaves the previous checkpoint as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
@@ -31,9 +39,15 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+        fsync_dir(path.parent)
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        if not isinstance(err, Exception):
+            raise
+        free = shutil.disk_usage(path.parent).free / 2**20
+        kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint yet"
+        raise CheckpointWriteError(f"could not write checkpoint {path} ({' '.join(str(err).split())}; "
+                                   f"{free:.0f} MiB free on its disk): {kept}") from err
 
 
 def load_checkpoint(path: str | Path, start_over: str = "") -> dict[str, Any]:

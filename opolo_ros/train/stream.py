@@ -32,7 +32,7 @@ from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.batches import ReplayBatch, SourceAck, replay_fields
 from opolo_ros.data.demos import Episode, ExpertDataset
-from opolo_ros.data.journal import JournalRecord, ReplayJournal
+from opolo_ros.data.journal import JournalRecord, ReplayJournal, read_records
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
@@ -117,6 +117,7 @@ class StreamTrainer:
         self._backlog: list[JournalRecord] = []  # journalled after the checkpoint: consumed first
         self.pending: Plan | None = None  # updates of self.step's plan not run yet (a stop came)
         self._periodic_due = False  # self.step's evaluation/checkpoint/export not done yet
+        self._saved_at: tuple | None = None  # the _save_point of the checkpoint on disk
         self._metrics: dict[str, Any] = {}
         self.episode_stats: dict[int, tuple[float, int]] = {}
         self.expert_return = math.nan
@@ -176,14 +177,28 @@ class StreamTrainer:
     def _open_journal(self, journal: bool, fsync: bool, resume: bool) -> list[JournalRecord]:
         """Open the replay journal; return its records beyond the restored checkpoint."""
         if not journal:
+            beyond = [rec for rec in read_records(self.journal_path) if rec.end_step > self.step]
+            if resume and beyond:  # a crash before: deleting it would lose acknowledged transitions
+                n = sum(rec.end_step - max(rec.first_step, self.step) for rec in beyond)
+                raise CheckpointError(f"the replay journal {self.journal_path} holds {n} transitions after "
+                                      f"the checkpoint (step {self.step}), acknowledged before a crash: "
+                                      "resume with journal:=true to train on them, or delete the file to "
+                                      "go on without them")
             self.journal_path.unlink(missing_ok=True)  # a stale one must never be replayed later
             return []
         fields = replay_fields(self.obs_dim, self.act_dim)
         self.journal = ReplayJournal(self.journal_path, fields, fsync=fsync)
         try:
-            return self.journal.open(keep_from=self.step, discard=not resume)
+            records = self.journal.open(keep_from=self.step, discard=not resume)
         except ValueError as err:  # another task's journal: one line, as a checkpoint that does not fit
             raise CheckpointError(f"{err}; use another run_dir (or resume:=false to start over)") from None
+        dropped, after = self.journal.dropped
+        if dropped:
+            where = "at its start" if after is None else f"after transition {after}"
+            self.hooks.log.warning(f"replay journal {self.journal_path}: {dropped} bytes {where} are no "
+                                   "whole record and were dropped: a write a crash cut short (never "
+                                   "acknowledged), or a damaged file (then transitions after it are lost)")
+        return records
 
     @property
     def done(self) -> bool:
@@ -223,9 +238,14 @@ class StreamTrainer:
         count from the first policy's version. Published before (or while) the journal was
         consumed, they had the bridge start again at batch 0, whose batches up to the journal's last
         were then dropped as consumed already (both sides then waited on each other for good), and
-        the actor count its steps from the checkpoint's (its policies ran that many steps late)."""
+        the actor count its steps from the checkpoint's (its policies ran that many steps late).
+        Nor after a stop that cut the journal short: that progress would acknowledge less than
+        the learner before the restart had, and a bridge would number new batches as ones the
+        journal holds (the next learner dropped them as duplicates, yet acknowledged them)."""
         if self._finish_step():
             self._consume_backlog()
+            if self.stop.is_set():
+                return
             self._publish_policy()
             self.hooks.publish_progress()
 
@@ -411,8 +431,19 @@ class StreamTrainer:
                                            self.hooks.log.info)
         return mean, std
 
-    def save(self) -> None:
-        """Checkpoint, then truncate the replay journal to what the checkpoint does not hold."""
+    def _save_point(self) -> tuple:
+        """What tells two checkpoints of this run apart: every update, evaluation and transition
+        moves one of these (a checkpoint at the same point would be the same, bar its wall time)."""
+        return (self.step, dataclasses.asdict(self.pending) if self.pending is not None else None,
+                self._periodic_due, self.last_eval, self.best_return)
+
+    def save(self) -> bool:
+        """Checkpoint, then truncate the replay journal to what the checkpoint does not hold; False
+        (nothing written) when the checkpoint on disk is at this point already: a stop during a
+        periodic checkpoint, or during the start, wrote the same file again (seconds for a large
+        replay buffer, against the 2 s a node has to stop)."""
+        if self._saved_at == self._save_point():
+            return False
         check_finite(self.learner, self.step, self.checkpoint_path.name)
         save_checkpoint(self.checkpoint_path, {
             "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
@@ -427,6 +458,8 @@ class StreamTrainer:
         })
         if self.journal is not None:
             self.journal.truncate(self.step)
+        self._saved_at = self._save_point()
+        return True
 
     def _restore(self) -> None:
         start_over = "use another run_dir (or resume:=false to start over)"
@@ -452,9 +485,11 @@ class StreamTrainer:
         self.first_batches = {int(k): int(v) for k, v in state.get("first_batches", {}).items()}
         # a finished run started again reports its last evaluation instead of running another
         self.last_eval = tuple(state.get("last_eval", self.last_eval))
+        self._saved_at = self._save_point()
 
     def checkpoint_if_stopped(self) -> bool:
-        """After a stop request cut the run short: write the checkpoint; True when one was written."""
+        """After a stop request cut the run short: write the checkpoint (unless the one on disk is at
+        this point already); True when the checkpoint holds the stop's point."""
         if not self.stop.is_set() or self.runner is None or self.result is not None:
             return False
         self.save()
@@ -493,10 +528,17 @@ class StreamTrainer:
         return self.result
 
     def close(self) -> None:
-        """Close the files (journal, logs); the trainer is not used afterwards."""
-        self.close_progress_bar()
-        for resource in (self.journal, self.logger):
-            if resource is not None:
-                resource.close()
-        self.env.close()
-        self._lock.release()
+        """Close the files (journal, logs), the env and the run folder's lock; the trainer is not
+        used afterwards. Each is closed even when one before it fails (a full disk: TensorBoard's
+        writer raises its failed write on close); the first error is raised after all of them."""
+        first: BaseException | None = None
+        for close in (self.close_progress_bar, getattr(self.journal, "close", None),
+                      getattr(self.logger, "close", None), self.env.close, self._lock.release):
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as err:
+                first = first or err
+        if first is not None:
+            raise first
