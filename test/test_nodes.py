@@ -568,7 +568,7 @@ def test_a_restarted_bridge_goes_on_from_another_initial_state(ros_domain_id, ro
     from opolo_ros.sim.tasks import continuation_seed
 
     learner = FakeLearner(ros_node)
-    learner.acks[m.source_id("/sim_bridge")] = m.SourceAck(29, 300)
+    learner.acks[m.bridge_source_id("/sim_bridge")] = m.SourceAck(29, 300)
     with GraphRunner([flow_bridge(max_ahead=20, replay_batch=5, seed=3)], ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
         assert spin_until([graph.executor, learner.executor], lambda: len(learner.received) >= 1, 20.0)

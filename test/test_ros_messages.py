@@ -621,3 +621,14 @@ def test_ros_log_lines_clear_a_progress_bar_on_a_terminal_only() -> None:
     file: dict[str, str] = {}
     log_lines_over_progress_bars(file, io.StringIO())
     assert file == {}
+
+
+def test_a_bridges_source_id_is_of_its_host_and_name(monkeypatch):
+    """Two hosts each running the default /sim_bridge fed one learner as one source (one's batches
+    dropped as the other's duplicates); a bridge restarted on its host keeps its id."""
+    import socket
+
+    here = m.bridge_source_id("/sim_bridge")
+    assert here == m.bridge_source_id("/sim_bridge") != m.bridge_source_id("/robot2/sim_bridge")
+    monkeypatch.setattr(socket, "gethostname", lambda: "another-host")
+    assert m.bridge_source_id("/sim_bridge") != here

@@ -159,7 +159,7 @@ class SimBridge(FinishableNode):
         self.seed = p["seed"]
         self.obs, _ = self.env.reset(seed=self.seed)
         self.joint_names, self._qpos, self._qvel = joint_layout(self.env)
-        self.source = m.source_id(self.get_fully_qualified_name())
+        self.source = m.bridge_source_id(self.get_fully_qualified_name())
 
         # counters: `sent` transitions produced (queued or published), `acked` consumed by the learner
         self.steps = 0  # env steps taken by this bridge process

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import array
 import math
+import socket
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -300,6 +301,14 @@ def msg_to_action(msg: Float64MultiArray, act_dim: int | None = None) -> np.ndar
 def source_id(name: str) -> int:
     """A stable uint32 id for a replay publisher (CRC-32 of e.g. its fully qualified node name)."""
     return zlib.crc32(name.encode("utf-8"))
+
+
+def bridge_source_id(node_name: str) -> int:
+    """A sim bridge's source id: of its host and fully qualified node name, so a bridge restarted
+    there goes on with its acknowledgements, while bridges of one name on two hosts (the default
+    ``/sim_bridge`` on each) are two sources; with the name alone they were one, and the learner
+    dropped one bridge's batches as the other's duplicates, yet acknowledged them."""
+    return source_id(f"{socket.gethostname()}:{node_name}")
 
 
 def replay_to_msg(obs: np.ndarray, action: np.ndarray, next_obs: np.ndarray, reward: np.ndarray,
