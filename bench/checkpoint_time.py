@@ -6,7 +6,9 @@ stop within 2 s; the learner writes its checkpoint first).
 Fills a replay buffer of the task's sizes (observation with the time feature, action) with
 random transitions, builds the task's OPOLO learner ([400, 300]), and times the runner's
 state_dict and the atomic write (`save_checkpoint`: temporary file, fsync, rename) into
-`--dir` (default runs/checkpoint_time, on the disk the run folders use), then deletes the file.
+`--dir` (default runs/checkpoint_time, on the disk the run folders use), then deletes the file:
+a full checkpoint (periodic ones), then the light one a stop writes since session 19 (no replay
+rows: the last full checkpoint and the replay journal hold them).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args.dir.mkdir(parents=True, exist_ok=True)
     path = args.dir / "checkpoint.pt"
-    print("| task | transitions | file MB | state_dict s | write s (fsync, rename) | total s |")
-    print("|---|---|---|---|---|---|")
+    print("| task | transitions | checkpoint | file MB | state_dict s | write s (fsync, rename) | total s |")
+    print("|---|---|---|---|---|---|---|")
     for task in args.tasks:
         obs_dim, act_dim = SIZES[task]
         cfg = RunConfig()
@@ -53,15 +55,16 @@ def main(argv: list[str] | None = None) -> int:
                            rng.normal(size=(k, obs_dim)), rng.normal(size=k), np.zeros(k), np.zeros(k))
             experts = ExpertDataset([Episode(rng.normal(size=(1001, obs_dim)))], obs_dim)
             runner = UpdateRunner(make_learner(cfg, obs_dim, act_dim), make_schedule(cfg), replay, experts)
-            for _ in range(args.rounds):
-                t0 = time.perf_counter()
-                state = {"runner": runner.state_dict()}
-                t1 = time.perf_counter()
-                save_checkpoint(path, state)
-                t2 = time.perf_counter()
-                del state
-                print(f"| {task} | {n} | {path.stat().st_size / 1e6:.0f} | {t1 - t0:.2f} | {t2 - t1:.2f} | "
-                      f"{t2 - t0:.2f} |", flush=True)
+            for kind in ("full", "stop (light)"):
+                for _ in range(args.rounds):
+                    t0 = time.perf_counter()
+                    state = {"runner": runner.state_dict(replay_rows=kind == "full")}
+                    t1 = time.perf_counter()
+                    save_checkpoint(path, state)
+                    t2 = time.perf_counter()
+                    del state
+                    print(f"| {task} | {n} | {kind} | {path.stat().st_size / 1e6:.1f} | {t1 - t0:.2f} | "
+                          f"{t2 - t1:.2f} | {t2 - t0:.2f} |", flush=True)
             path.unlink()
     return 0
 

@@ -908,3 +908,83 @@ def test_a_crashed_runs_journal_is_not_deleted_by_a_restart_without_journal(tmp_
     fresh.start(None, resume=False, journal=False, journal_fsync=False)
     fresh.close()
     assert not journal.exists()
+
+
+def test_a_stop_checkpoint_leaves_the_replay_to_the_last_full_one_and_the_journal(tmp_path, demos):
+    """A stop writes a light checkpoint: no replay rows (a full 1M-transition Ant buffer took 6-10 s
+    to write, past the 2 s a node has to stop), the full checkpoint before it kept as replay_base.pt
+    (a hard link), the journal kept from that one's step. The resumed replay buffer is the stopped
+    one, row for row, with its sampling generator; the next full checkpoint drops the base. Without
+    the journal such a checkpoint is refused, and so is one whose journal lacks the transitions."""
+    from opolo_ros.train.checkpoint import CheckpointError, load_checkpoint
+
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=10_000, checkpoint_every=30)
+    rng = np.random.default_rng(1)
+
+    def batch(seq: int) -> ReplayBatch:
+        rows = np.concatenate([rng.normal(size=(10, 10)), np.zeros((10, 2))], axis=1).astype(np.float32)
+        rows[3, -2] = -1.0 if seq == 3 else 0.0  # one void step: counted, not stored
+        return ReplayBatch.from_rows(rows, 4, seq=seq, source=5)
+
+    def trainer(journal: bool = True) -> StreamTrainer:
+        stream = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+        try:
+            stream.start(None, resume=True, journal=journal, journal_fsync=False)
+        except CheckpointError:
+            stream.close()  # (as the learner node does when its start fails)
+            raise
+        return stream
+
+    run = tmp_path / "run_td3"
+    a = trainer()
+    for seq in range(5):  # a full checkpoint at 30
+        a.ingest(batch(seq))
+    full = (run / "checkpoint.pt").stat().st_ino
+    a.stop.set()
+    assert a.checkpoint_if_stopped()
+    state = load_checkpoint(run / "checkpoint.pt")
+    assert state["step"] == 50 and state["runner"]["replay"]["base_step"] == 30
+    assert "obs" not in state["runner"]["replay"]
+    assert (run / "replay_base.pt").stat().st_ino == full  # the full one, not a copy
+    stopped = {name: getattr(a.replay, name)[:len(a.replay)].clone() for name in a.replay.FIELDS}
+    counts = (a.replay.pos, len(a.replay), a.replay.total_added)
+    generator = a.replay.generator.get_state()
+    a.close()
+
+    with pytest.raises(CheckpointError, match="resume with journal:=true"):
+        trainer(journal=False)
+    b = trainer()
+    assert b.step == 50 and (b.replay.pos, len(b.replay), b.replay.total_added) == counts == (49, 49, 49)
+    for name, rows in stopped.items():
+        torch.testing.assert_close(getattr(b.replay, name)[:len(b.replay)], rows, rtol=0, atol=0)
+    assert torch.equal(b.replay.generator.get_state(), generator)
+    b.stop.set()
+    assert b.checkpoint_if_stopped()  # nothing new: not written again, the base stays
+    b.close()
+    b = trainer()
+    b.ingest(batch(5))  # the full checkpoint at 60 drops the base
+    assert "obs" in load_checkpoint(run / "checkpoint.pt")["runner"]["replay"]
+    assert not (run / "replay_base.pt").exists()
+    b.ingest(batch(6))
+    b.stop.set()
+    assert b.checkpoint_if_stopped()  # light again, on the full one at 60
+    assert load_checkpoint(run / "checkpoint.pt")["runner"]["replay"]["base_step"] == 60
+    b.close()
+    c = trainer()
+    assert c.step == 70 and c.replay.total_added == 69
+    for seq in range(7, 9):  # to the full checkpoint at 90, where it stops: not written again
+        c.ingest(batch(seq))
+    c.stop.set()
+    c.checkpoint_if_stopped()
+    c.close()
+    assert "obs" in load_checkpoint(run / "checkpoint.pt")["runner"]["replay"]
+
+    d = trainer()
+    assert d.step == 90 and d.replay.total_added == 89
+    d.ingest(batch(9))
+    d.stop.set()
+    d.checkpoint_if_stopped()  # light, on the full one at 90
+    d.close()
+    (run / "replay_journal.bin").unlink()  # the transitions 90..100 gone
+    with pytest.raises(CheckpointError, match=r"does not hold the transitions 90\.\.100"):
+        trainer()

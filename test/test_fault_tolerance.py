@@ -632,7 +632,8 @@ def run_learner(run_dir: Path, domain_id: int, demos: Path, batches: list, until
         if until is not None:
             assert graph.spin_until(lambda: until(learner), timeout_s=60.0)
             if crash:
-                learner.trainer.save = lambda: None  # as kill -9: the state since the last checkpoint is lost
+                # as kill -9: the state since the last checkpoint is lost
+                learner.trainer.save = lambda light=False: None
             graph.stop()
             return learner
         assert graph.spin_until(graph.done, timeout_s=90.0)
@@ -772,7 +773,7 @@ def test_a_learner_whose_files_fail_to_close_still_ends(tmp_path, demos, ros_dom
             learner._on_replay(msg)
         assert graph.spin_until(lambda: learner.trainer.step >= 20, timeout_s=60.0)
 
-        def disk_full(*args) -> None:
+        def disk_full(*args, **kwargs) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
         learner.trainer.save = disk_full

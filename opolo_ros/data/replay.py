@@ -60,13 +60,15 @@ class ReplayBuffer:
         return Transitions(self.obs[idx], self.action[idx], self.next_obs[idx], self.terminated[idx],
                            self.truncated[idx], self.reward[idx])
 
-    def state_dict(self) -> dict:
+    def state_dict(self, rows: bool = True) -> dict:
+        """The buffer's state; without `rows`, only its position, counts and sampling generator
+        (the rows then come from elsewhere: see :meth:`StreamTrainer.save`'s light checkpoint)."""
         n = self.size
-        return {"obs": self.obs[:n].clone(), "action": self.action[:n].clone(),
-                "next_obs": self.next_obs[:n].clone(), "reward": self.reward[:n].clone(),
-                "terminated": self.terminated[:n].clone(), "truncated": self.truncated[:n].clone(),
-                "pos": self.pos, "size": self.size, "total_added": self.total_added,
-                "generator": self.generator.get_state(), "capacity": self.capacity}
+        state = {"pos": self.pos, "size": self.size, "total_added": self.total_added,
+                 "generator": self.generator.get_state(), "capacity": self.capacity}
+        if rows:
+            state.update({name: getattr(self, name)[:n].clone() for name in self.FIELDS})
+        return state
 
     FIELDS = ("obs", "action", "next_obs", "reward", "terminated", "truncated")
 

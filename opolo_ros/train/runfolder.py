@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 RUN_FILES = ("checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx", "policy_best.onnx",
-             "learning_curve.png", "replay_journal.bin", "learner_params.yaml", "launch_params.yaml")
+             "learning_curve.png", "replay_journal.bin", "replay_base.pt", "learner_params.yaml",
+             "launch_params.yaml")
 # (launch_params.yaml: `opolo-ros launch` writes the new run's once the learner has set these aside)
 
 

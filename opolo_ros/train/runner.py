@@ -128,8 +128,8 @@ class UpdateRunner:
                     on_update(plan)
         return metrics, None
 
-    def state_dict(self) -> dict:
-        return {"learner": self.learner.state_dict(), "replay": self.replay.state_dict(),
+    def state_dict(self, replay_rows: bool = True) -> dict:
+        return {"learner": self.learner.state_dict(), "replay": self.replay.state_dict(rows=replay_rows),
                 "experts": self.experts.state_dict() if self.experts is not None else None}
 
     def load_state_dict(self, state: dict) -> None:

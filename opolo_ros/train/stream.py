@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +67,7 @@ from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
+REPLAY_BASE = "replay_base.pt"  # the full checkpoint a light (stop) checkpoint takes its replay from
 
 
 class Log(Protocol):
@@ -118,6 +120,10 @@ class StreamTrainer:
         self.pending: Plan | None = None  # updates of self.step's plan not run yet (a stop came)
         self._periodic_due = False  # self.step's evaluation/checkpoint/export not done yet
         self._saved_at: tuple | None = None  # the _save_point of the checkpoint on disk
+        self._checkpoint_step: int | None = None  # the step of the checkpoint on disk
+        # a light checkpoint on disk: the step of the full one (replay_base.pt) whose replay it uses
+        self._base_step: int | None = None
+        self._light_replay: dict | None = None  # a light checkpoint's replay state, until refilled
         self._metrics: dict[str, Any] = {}
         self.episode_stats: dict[int, tuple[float, int]] = {}
         self.expert_return = math.nan
@@ -157,6 +163,9 @@ class StreamTrainer:
         else:  # where the run goes, from its start (it was said only by the final `done:` line)
             self.hooks.log.info(f"new run of {cfg.total_steps} transitions in {self.run_dir}")
         self._backlog = self._open_journal(journal, journal_fsync, resume)
+        if self._light_replay is not None:
+            self._refill_replay(self._backlog, self._light_replay)
+            self._light_replay = None
         # after the restore and the journal: a run refused for this config keeps the config it was
         # written with, and so does a finished run started again
         if not (self.done and self.pending is None and not self._periodic_due and not self._backlog):
@@ -177,6 +186,10 @@ class StreamTrainer:
     def _open_journal(self, journal: bool, fsync: bool, resume: bool) -> list[JournalRecord]:
         """Open the replay journal; return its records beyond the restored checkpoint."""
         if not journal:
+            if self._light_replay is not None:
+                raise CheckpointError(f"checkpoint {self.checkpoint_path} was written at a stop without its "
+                                      "replay buffer, which replay_base.pt and the replay journal hold: "
+                                      "resume with journal:=true")
             beyond = [rec for rec in read_records(self.journal_path) if rec.end_step > self.step]
             if resume and beyond:  # a crash before: deleting it would lose acknowledged transitions
                 n = sum(rec.end_step - max(rec.first_step, self.step) for rec in beyond)
@@ -189,7 +202,8 @@ class StreamTrainer:
         fields = replay_fields(self.obs_dim, self.act_dim)
         self.journal = ReplayJournal(self.journal_path, fields, fsync=fsync)
         try:
-            records = self.journal.open(keep_from=self.step, discard=not resume)
+            keep_from = self.step if self._base_step is None else self._base_step  # (a light checkpoint's)
+            records = self.journal.open(keep_from=keep_from, discard=not resume)
         except ValueError as err:  # another task's journal: one line, as a checkpoint that does not fit
             raise CheckpointError(f"{err}; use another run_dir (or resume:=false to start over)") from None
         dropped, after = self.journal.dropped
@@ -310,10 +324,7 @@ class StreamTrainer:
         for i in range(start, len(batch)):
             if self.done or self.stop.is_set():
                 break
-            if not batch.void[i]:  # a void step (diverged sim) counts for the schedule, is not stored
-                self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i],
-                                batch.terminated[i], batch.truncated[i])
-            else:
+            if not self._store(batch, actions, i):
                 self.void_steps += 1
             self.step += 1
             taken += 1
@@ -328,6 +339,39 @@ class StreamTrainer:
         self.sync_journal()  # acknowledge only what the journal holds
         if not self._backlog:  # the journal's own batches: acknowledged once all are consumed
             self.hooks.publish_progress()
+
+    def _store(self, batch: ReplayBatch, actions: np.ndarray, i: int) -> bool:
+        """Row `i` into the replay buffer (`actions`: the batch's, in [-1, 1]); False for a void
+        step (a diverged simulation), which counts for the schedule but is not stored."""
+        if batch.void[i]:
+            return False
+        self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i], batch.terminated[i],
+                        batch.truncated[i])
+        return True
+
+    def _refill_replay(self, records: list[JournalRecord], light: dict) -> None:
+        """A light checkpoint's replay buffer: the full one's (loaded from replay_base.pt), then the
+        journal's transitions from that one's step to this checkpoint's, stored as they were when
+        consumed; then the sampling generator of the moment of the stop."""
+        expected = self._base_step
+        for record in records:
+            if record.first_step >= self.step:
+                break
+            if record.first_step > expected:
+                break  # a gap: told below
+            batch = ReplayBatch.from_rows(record.rows, self.obs_dim, seq=record.seq, source=record.source)
+            actions = self.scaler.to_unit(batch.action).astype(np.float32)
+            first, end = max(expected - record.first_step, 0), min(self.step - record.first_step, len(batch))
+            for i in range(first, end):
+                self._store(batch, actions, i)
+            expected = max(expected, min(record.end_step, self.step))
+        counts = (self.replay.pos, self.replay.size, self.replay.total_added)
+        if expected != self.step or counts != (light["pos"], light["size"], light["total_added"]):
+            raise CheckpointError(f"checkpoint {self.checkpoint_path} was written at a stop without its "
+                                  "replay buffer, and the replay journal does not hold the transitions "
+                                  f"{self._base_step}..{self.step} it needs (it reaches {expected}); use "
+                                  "another run_dir (or resume:=false to start over)")
+        self.replay.generator.set_state(light["generator"])
 
     def _finish_step(self) -> bool:
         """Run what transition `self.step` still owes: the rest of its plan, then the periodic work.
@@ -437,16 +481,29 @@ class StreamTrainer:
         return (self.step, dataclasses.asdict(self.pending) if self.pending is not None else None,
                 self._periodic_due, self.last_eval, self.best_return)
 
-    def save(self) -> bool:
+    @property
+    def replay_base_path(self) -> Path:
+        return self.run_dir / REPLAY_BASE
+
+    def save(self, light: bool = False) -> bool:
         """Checkpoint, then truncate the replay journal to what the checkpoint does not hold; False
         (nothing written) when the checkpoint on disk is at this point already: a stop during a
         periodic checkpoint, or during the start, wrote the same file again (seconds for a large
-        replay buffer, against the 2 s a node has to stop)."""
+        replay buffer, against the 2 s a node has to stop).
+
+        `light` (a stop): without the replay buffer's rows, which the full checkpoint on disk (kept
+        as replay_base.pt, a hard link: no copy) and the journal's records since it hold; its
+        write no longer grows with the buffer (Ant's 1M transitions: 896 MB). Full where there is
+        no journal or no full checkpoint to refer to. A full checkpoint drops replay_base.pt."""
         if self._saved_at == self._save_point():
             return False
         check_finite(self.learner, self.step, self.checkpoint_path.name)
+        light = light and self.journal is not None and self._keep_replay_base()
+        runner = self.runner.state_dict(replay_rows=not light)
+        if light:
+            runner["replay"].update(base=REPLAY_BASE, base_step=self._base_step)
         save_checkpoint(self.checkpoint_path, {
-            "config": to_dict(self.cfg), "step": self.step, "runner": self.runner.state_dict(),
+            "config": to_dict(self.cfg), "step": self.step, "runner": runner,
             **torch_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
             "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
             "wall": self._elapsed(), "source": GRAPH_SOURCE,
@@ -456,9 +513,27 @@ class StreamTrainer:
             "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high,
                                    self.control_period),
         })
+        if not light:
+            self._base_step = None
+            self.replay_base_path.unlink(missing_ok=True)
         if self.journal is not None:
-            self.journal.truncate(self.step)
-        self._saved_at = self._save_point()
+            self.journal.truncate(self.step if self._base_step is None else self._base_step)
+        self._saved_at, self._checkpoint_step = self._save_point(), self.step
+        return True
+
+    def _keep_replay_base(self) -> bool:
+        """Whether a light checkpoint can refer to a full one's replay: replay_base.pt in place (the
+        full checkpoint on disk, hard-linked) or there already (the checkpoint on disk is light)."""
+        if self._base_step is not None:
+            return True
+        if self._checkpoint_step is None or not self.checkpoint_path.is_file():
+            return False
+        try:
+            self.replay_base_path.unlink(missing_ok=True)
+            os.link(self.checkpoint_path, self.replay_base_path)
+        except OSError:  # a file system without hard links: a full checkpoint then
+            return False
+        self._base_step = self._checkpoint_step
         return True
 
     def _restore(self) -> None:
@@ -468,6 +543,13 @@ class StreamTrainer:
             raise CheckpointError(f"checkpoint {self.checkpoint_path} was written by the direct loop, not by "
                                   f"the learner node; {start_over}")
         changes = resume_changes(state, to_dict(self.cfg), self.checkpoint_path, start_over)
+        replay = state["runner"]["replay"]
+        if "base" in replay:  # light: the rows are the full checkpoint's, then the journal's
+            base = load_checkpoint(self.run_dir / replay["base"], start_over)
+            state["runner"]["replay"] = base["runner"]["replay"]
+            self._base_step, self._light_replay = int(replay["base_step"]), replay
+        else:
+            self.replay_base_path.unlink(missing_ok=True)  # of a light one a full one replaced
         restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path, start_over)
         if changes:
             self.hooks.log.info(changes_note(changes))
@@ -485,14 +567,14 @@ class StreamTrainer:
         self.first_batches = {int(k): int(v) for k, v in state.get("first_batches", {}).items()}
         # a finished run started again reports its last evaluation instead of running another
         self.last_eval = tuple(state.get("last_eval", self.last_eval))
-        self._saved_at = self._save_point()
+        self._saved_at, self._checkpoint_step = self._save_point(), self.step
 
     def checkpoint_if_stopped(self) -> bool:
-        """After a stop request cut the run short: write the checkpoint (unless the one on disk is at
-        this point already); True when the checkpoint holds the stop's point."""
+        """After a stop request cut the run short: write the checkpoint, a light one (unless the one
+        on disk is at this point already); True when the checkpoint holds the stop's point."""
         if not self.stop.is_set() or self.runner is None or self.result is not None:
             return False
-        self.save()
+        self.save(light=True)
         return True
 
     def finish(self) -> TrainResult:
