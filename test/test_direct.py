@@ -988,3 +988,113 @@ def test_a_stop_checkpoint_leaves_the_replay_to_the_last_full_one_and_the_journa
     (run / "replay_journal.bin").unlink()  # the transitions 90..100 gone
     with pytest.raises(CheckpointError, match=r"does not hold the transitions 90\.\.100"):
         trainer()
+
+
+def light_run(tmp_path, demos, **values) -> tuple:
+    """A stream trainer factory (journal on, resumes) and a batch maker, for the light-checkpoint
+    tests: 10 transitions a batch, one void step in batch 3."""
+    from opolo_ros.train.checkpoint import CheckpointError
+
+    cfg = small_cfg(tmp_path, demos, "td3", **{"total_steps": 10_000, "checkpoint_every": 30, **values})
+    rng = np.random.default_rng(1)
+
+    def batch(seq: int) -> ReplayBatch:
+        rows = np.concatenate([rng.normal(size=(10, 10)), np.zeros((10, 2))], axis=1).astype(np.float32)
+        rows[3, -2] = -1.0 if seq == 3 else 0.0
+        return ReplayBatch.from_rows(rows, 4, seq=seq, source=5)
+
+    def trainer(config=cfg) -> StreamTrainer:
+        stream = StreamTrainer(config, policy_every=10**6, hooks=quiet_hooks())
+        try:
+            stream.start(None, resume=True, journal=True, journal_fsync=False)
+        except CheckpointError:
+            stream.close()
+            raise
+        return stream
+
+    return cfg, batch, trainer
+
+
+def stop_at(stream: StreamTrainer, batches) -> None:
+    for b in batches:
+        stream.ingest(b)
+    stream.stop.set()
+    assert stream.checkpoint_if_stopped()
+    stream.close()
+
+
+def replay_of(stream: StreamTrainer) -> tuple:
+    r = stream.replay
+    return ((r.pos, len(r), r.total_added, r.capacity), r.generator.get_state(),
+            [getattr(r, name)[:len(r)].clone() for name in r.FIELDS])
+
+
+@pytest.mark.parametrize("buffer_size", [60, 25])
+def test_a_light_checkpoint_resumes_under_another_buffer_size_as_a_full_one(tmp_path, demos, buffer_size):
+    """A stop's light checkpoint resumed under a changed schedule.buffer_size (allowed) was refused:
+    its counts were compared in the new capacity. Now its buffer is the full checkpoint's."""
+    base = to_dict(small_cfg(tmp_path, demos, "td3"))
+    resized = {"schedule": {**base["schedule"], "buffer_size": buffer_size}}
+    buffers = []
+    for light in (True, False):
+        schedule = {**base["schedule"], "buffer_size": 40}  # full from step 40 on
+        cfg, batch, trainer = light_run(tmp_path / str(light), demos, schedule=schedule)
+        stream = trainer()
+        for b in map(batch, range(5)):
+            stream.ingest(b)
+        stream.stop.set()
+        stream.save(light=light)
+        stream.close()
+        again = trainer(load_run_config(None, {**to_dict(cfg), **resized}))
+        buffers.append(replay_of(again))
+        again.close()
+    (counts, generator, rows), (full_counts, full_generator, full_rows) = buffers
+    assert counts == full_counts and counts[3] == buffer_size and torch.equal(generator, full_generator)
+    for a, b in zip(rows, full_rows, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_light_checkpoints_stay_near_a_full_one_and_a_run_ends_on_a_full_one(tmp_path, demos, monkeypatch):
+    """With checkpoint_every 0 every stop was light on the first full checkpoint, the journal grew
+    for ever and each restart replayed it all: a light checkpoint refers to one at most LIGHT_SPAN
+    transitions back. The journal is on the disk before a light checkpoint relies on it. A run
+    stopped after its last step's work ends on a full checkpoint (the light one's point was the
+    same, and the full save was skipped). A missing replay_base.pt is one line."""
+    import opolo_ros.train.stream as stream_module
+    from opolo_ros.data.journal import ReplayJournal
+    from opolo_ros.train.checkpoint import CheckpointError, load_checkpoint
+
+    monkeypatch.setattr(stream_module, "LIGHT_SPAN", 20)
+    order = []
+    durable, save = ReplayJournal.make_durable, stream_module.save_checkpoint
+    monkeypatch.setattr(ReplayJournal, "make_durable", lambda self: (order.append("journal"), durable(self)))
+    monkeypatch.setattr(stream_module, "save_checkpoint", lambda *a: (order.append("checkpoint"), save(*a)))
+    cfg, batch, trainer = light_run(tmp_path, demos, checkpoint_every=0, total_steps=60)
+    run = tmp_path / "run_td3"
+
+    def replay_rows() -> dict:
+        return load_checkpoint(run / "checkpoint.pt")["runner"]["replay"]
+
+    stop_at(trainer(), [batch(0)])
+    assert "obs" in replay_rows() and order == ["checkpoint"]  # no full one to refer to: full
+    order.clear()
+    stop_at(trainer(), [batch(1), batch(2)])
+    assert replay_rows()["base_step"] == 10 and order == ["journal", "checkpoint"]
+    stop_at(trainer(), [batch(3)])  # 30 transitions past the base: full again
+    assert "obs" in replay_rows() and not (run / "replay_base.pt").exists()
+    stream = trainer()
+    for b in map(batch, range(4, 6)):  # the last step, 60: its work done, then the stop
+        stream.ingest(b)
+    assert stream.done
+    stream.stop.set()
+    stream.save(light=True)
+    assert replay_rows()["base_step"] == 40
+    stream.close()
+    (run / "replay_base.pt").rename(run / "moved.pt")
+    with pytest.raises(CheckpointError, match="whose rows are in .*replay_base.pt, which is missing"):
+        trainer()
+    (run / "moved.pt").rename(run / "replay_base.pt")
+    end = trainer()
+    assert end.done and end.finish().env_steps == 60
+    end.close()
+    assert "obs" in replay_rows() and not (run / "replay_base.pt").exists()

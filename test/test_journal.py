@@ -3,6 +3,7 @@ exactly what a checkpoint does not hold."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +102,19 @@ def test_refuses_other_tasks_and_closed_journals(tmp_path):
     with pytest.raises(ValueError, match="fields"):
         journal.append(JournalRecord(0, 1, 0, np.zeros((1, FIELDS + 1), np.float32)))
     journal.close()
+
+
+def test_make_durable_fsyncs_the_records_and_the_folder_without_fsync_set(tmp_path, monkeypatch):
+    """A light checkpoint relies on the journal's records: they go to the disk first, even with
+    journal_fsync off (a power cut after a stop lost them, and with them the run)."""
+    import opolo_ros.data.journal as journal_module
+
+    journal = ReplayJournal(tmp_path / "j.bin", FIELDS)
+    journal.open()
+    journal.append(record(0, 1, 3))
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_ino), real(fd)))
+    journal.make_durable()
+    journal.close()
+    assert synced == [(tmp_path / "j.bin").stat().st_ino, tmp_path.stat().st_ino]

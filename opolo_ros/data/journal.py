@@ -146,6 +146,15 @@ class ReplayJournal:
             self._sync.result()
             self._sync = None
 
+    def make_durable(self) -> None:
+        """Force every record to the disk, and the file's name (its last rewrite) into its folder,
+        whatever `fsync` says: before a checkpoint that relies on the records is written."""
+        if self._fd is None:
+            return
+        self.sync()
+        os.fsync(self._fd)
+        fsync_dir(self.path.parent)
+
     def truncate(self, keep_from: int) -> None:
         """After a checkpoint at step `keep_from`: keep only records with transitions from there on."""
         if self._fd is None:

@@ -39,7 +39,6 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        fsync_dir(path.parent)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         if not isinstance(err, Exception):
@@ -48,6 +47,7 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
         kept = "the previous checkpoint is kept" if path.is_file() else "no checkpoint yet"
         raise CheckpointWriteError(f"could not write checkpoint {path} ({' '.join(str(err).split())}; "
                                    f"{free:.0f} MiB free on its disk): {kept}") from err
+    fsync_dir(path.parent)  # the rename, durable (the file is in place whatever this says)
 
 
 def load_checkpoint(path: str | Path, start_over: str = "") -> dict[str, Any]:

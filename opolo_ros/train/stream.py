@@ -68,6 +68,12 @@ from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, un
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
 REPLAY_BASE = "replay_base.pt"  # the full checkpoint a light (stop) checkpoint takes its replay from
+# a light checkpoint refers to a full one at most this many transitions back (with checkpoint_every
+# 0: else the journal grew for ever and every restart replayed all of it); checkpoint_every if set
+LIGHT_SPAN = 10_000
+RECOVER_FROM_BASE = ("to resume from the full checkpoint it was written over (step {step}), with the "
+                     "journal's transitions after it, rename replay_base.pt to checkpoint.pt; or use "
+                     "another run_dir (or resume:=false to start over)")
 
 
 class Log(Protocol):
@@ -124,6 +130,7 @@ class StreamTrainer:
         # a light checkpoint on disk: the step of the full one (replay_base.pt) whose replay it uses
         self._base_step: int | None = None
         self._light_replay: dict | None = None  # a light checkpoint's replay state, until refilled
+        self._base_replay: dict | None = None  # and replay_base.pt's, the rows it is refilled from
         self._metrics: dict[str, Any] = {}
         self.episode_stats: dict[int, tuple[float, int]] = {}
         self.expert_return = math.nan
@@ -194,9 +201,10 @@ class StreamTrainer:
             if resume and beyond:  # a crash before: deleting it would lose acknowledged transitions
                 n = sum(rec.end_step - max(rec.first_step, self.step) for rec in beyond)
                 raise CheckpointError(f"the replay journal {self.journal_path} holds {n} transitions after "
-                                      f"the checkpoint (step {self.step}), acknowledged before a crash: "
-                                      "resume with journal:=true to train on them, or delete the file to "
-                                      "go on without them")
+                                      f"the checkpoint (step {self.step}) the run has not trained on (a "
+                                      "crash after acknowledging them, or a stop inside a batch): resume "
+                                      "with journal:=true to train on them, or delete the file to go on "
+                                      "without them")
             self.journal_path.unlink(missing_ok=True)  # a stale one must never be replayed later
             return []
         fields = replay_fields(self.obs_dim, self.act_dim)
@@ -350,28 +358,44 @@ class StreamTrainer:
         return True
 
     def _refill_replay(self, records: list[JournalRecord], light: dict) -> None:
-        """A light checkpoint's replay buffer: the full one's (loaded from replay_base.pt), then the
-        journal's transitions from that one's step to this checkpoint's, stored as they were when
-        consumed; then the sampling generator of the moment of the stop."""
+        """A light checkpoint's replay buffer: the full one's (replay_base.pt), then the journal's
+        transitions from that one's step to this checkpoint's, stored as they were when consumed
+        (void rows left out), then the sampling generator of the moment of the stop. Into a buffer
+        of the capacity the run had then; re-laid into this run's where ``schedule.buffer_size``
+        changed since, as a full checkpoint's buffer is."""
+        base = self._base_replay
+        replay = self.replay
+        if light["capacity"] != self.replay.capacity:
+            replay = ReplayBuffer(self.obs_dim, self.act_dim, light["capacity"])
+        replay.load_state_dict(base)
         expected = self._base_step
         for record in records:
-            if record.first_step >= self.step:
-                break
-            if record.first_step > expected:
-                break  # a gap: told below
+            if record.first_step >= self.step or record.first_step > expected:
+                break  # done, or a gap: told below
             batch = ReplayBatch.from_rows(record.rows, self.obs_dim, seq=record.seq, source=record.source)
-            actions = self.scaler.to_unit(batch.action).astype(np.float32)
             first, end = max(expected - record.first_step, 0), min(self.step - record.first_step, len(batch))
-            for i in range(first, end):
-                self._store(batch, actions, i)
-            expected = max(expected, min(record.end_step, self.step))
-        counts = (self.replay.pos, self.replay.size, self.replay.total_added)
-        if expected != self.step or counts != (light["pos"], light["size"], light["total_added"]):
+            keep = np.arange(first, end)[~batch.void[first:end]]
+            if keep.size:
+                replay.add(batch.obs[keep], self.scaler.to_unit(batch.action[keep]).astype(np.float32),
+                           batch.next_obs[keep], batch.reward[keep], batch.terminated[keep],
+                           batch.truncated[keep])
+            expected = max(expected, record.first_step + end)
+        if expected != self.step:
             raise CheckpointError(f"checkpoint {self.checkpoint_path} was written at a stop without its "
-                                  "replay buffer, and the replay journal does not hold the transitions "
-                                  f"{self._base_step}..{self.step} it needs (it reaches {expected}); use "
-                                  "another run_dir (or resume:=false to start over)")
-        self.replay.generator.set_state(light["generator"])
+                                  f"replay buffer, and the replay journal does not hold the transitions "
+                                  f"{self._base_step}..{self.step} it needs (it reaches {expected}): "
+                                  f"{RECOVER_FROM_BASE.format(step=self._base_step)}")
+        counts = (replay.pos, replay.size, replay.total_added)
+        if counts != (light["pos"], light["size"], light["total_added"]):
+            raise CheckpointError(f"checkpoint {self.checkpoint_path}: its replay buffer rebuilt from "
+                                  f"replay_base.pt and the journal has position, size, total "
+                                  f"{counts}, not the checkpoint's "
+                                  f"{(light['pos'], light['size'], light['total_added'])}: "
+                                  f"{RECOVER_FROM_BASE.format(step=self._base_step)}")
+        replay.generator.set_state(light["generator"])
+        if replay is not self.replay:
+            self.replay.load_state_dict(replay.state_dict())
+        self._base_replay = None
 
     def _finish_step(self) -> bool:
         """Run what transition `self.step` still owes: the rest of its plan, then the periodic work.
@@ -495,10 +519,12 @@ class StreamTrainer:
         as replay_base.pt, a hard link: no copy) and the journal's records since it hold; its
         write no longer grows with the buffer (Ant's 1M transitions: 896 MB). Full where there is
         no journal or no full checkpoint to refer to. A full checkpoint drops replay_base.pt."""
-        if self._saved_at == self._save_point():
-            return False
+        if self._saved_at == self._save_point() and (light or self._base_step is None):
+            return False  # (a full one replaces a light one at the same point: a finished run's)
         check_finite(self.learner, self.step, self.checkpoint_path.name)
         light = light and self.journal is not None and self._keep_replay_base()
+        if light:  # the journal's records since the base are part of this checkpoint: on the disk first
+            self.journal.make_durable()
         runner = self.runner.state_dict(replay_rows=not light)
         if light:
             runner["replay"].update(base=REPLAY_BASE, base_step=self._base_step)
@@ -524,9 +550,11 @@ class StreamTrainer:
     def _keep_replay_base(self) -> bool:
         """Whether a light checkpoint can refer to a full one's replay: replay_base.pt in place (the
         full checkpoint on disk, hard-linked) or there already (the checkpoint on disk is light)."""
+        span = self.cfg.checkpoint_every or LIGHT_SPAN
         if self._base_step is not None:
-            return True
-        if self._checkpoint_step is None or not self.checkpoint_path.is_file():
+            return self.step - self._base_step <= span
+        if (self._checkpoint_step is None or self.step - self._checkpoint_step > span
+                or not self.checkpoint_path.is_file()):
             return False
         try:
             self.replay_base_path.unlink(missing_ok=True)
@@ -545,9 +573,15 @@ class StreamTrainer:
         changes = resume_changes(state, to_dict(self.cfg), self.checkpoint_path, start_over)
         replay = state["runner"]["replay"]
         if "base" in replay:  # light: the rows are the full checkpoint's, then the journal's
-            base = load_checkpoint(self.run_dir / replay["base"], start_over)
-            state["runner"]["replay"] = base["runner"]["replay"]
-            self._base_step, self._light_replay = int(replay["base_step"]), replay
+            base_path = self.run_dir / replay["base"]
+            if not base_path.is_file():
+                raise CheckpointError(f"checkpoint {self.checkpoint_path} was written at a stop without its "
+                                      f"replay buffer, whose rows are in {base_path}, which is missing; "
+                                      f"{start_over}")
+            base = load_checkpoint(base_path, start_over)["runner"]["replay"]
+            # the learner's state from this checkpoint, the buffer's once the journal is open
+            state["runner"]["replay"] = {**base, "generator": replay["generator"]}
+            self._base_step, self._light_replay, self._base_replay = int(replay["base_step"]), replay, base
         else:
             self.replay_base_path.unlink(missing_ok=True)  # of a light one a full one replaced
         restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path, start_over)
