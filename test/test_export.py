@@ -94,14 +94,15 @@ def test_metadata_round_trip(exported) -> None:
 
 
 def test_the_control_period_is_optional_and_checked() -> None:
-    """A model says the control period it was trained at (control_period_s); older ones, the
-    shipped experts among them, do not, and a value that is no period is refused in one line."""
+    """A model says the control period it was trained at (control_period_s); older ones do not (the
+    shipped experts did not until session 19's `evaluate --stamp`), and a value that is no period is
+    refused in one line."""
     props = PolicyMetadata("Hopper-v5", 1, 1, (-1.0,), (1.0,)).to_props()
     meta = PolicyMetadata.from_props({**props, "control_period_s": "0.04"})
     assert (meta.control_period_s, meta.control_rate_hz) == (0.04, 25.0)
     assert PolicyMetadata.from_props(props).control_period_s is None
     shipped = Path(__file__).resolve().parents[1] / "models" / "experts" / "InvertedPendulum-v5.onnx"
-    assert load_policy(shipped).metadata.control_rate_hz is None
+    assert load_policy(shipped).metadata.control_rate_hz == pytest.approx(25.0)  # 0.04 s
     for bad in ("0", "-0.01", "nan", "inf", "fast"):
         with pytest.raises(PolicyLoadError) as exc:
             PolicyMetadata.from_props({**props, "control_period_s": bad}, "p.onnx")
