@@ -129,18 +129,12 @@ def _trained_rate(model: str) -> dict:
 
 
 def _gymnasium_rate(env_id: str) -> float | None:
-    """1 / the control period of a Gymnasium task (None for an id Gymnasium does not know)."""
-    from opolo_ros.sim.envs import make_env
-    from opolo_ros.sim.tasks import control_period
+    """1 / the control period of a Gymnasium task (None for an id Gymnasium does not know: the
+    model's own business, not the launch's)."""
+    from opolo_ros.sim.tasks import task_control_period
 
-    try:
-        env = make_env(env_id)
-    except Exception:  # not a registered id: the model's own business, not the launch's
-        return None
-    try:
-        return round(1.0 / control_period(env), 9)
-    finally:
-        env.close()
+    period = task_control_period(env_id)
+    return None if period is None else round(1.0 / period, 9)
 
 
 def _given(args: dict) -> dict:

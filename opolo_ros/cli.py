@@ -142,12 +142,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         also = ""
         if policy.metadata.control_period_s is None and env_id == policy.metadata.env_id:
             # a model exported before exports recorded it: its own task's period, for the actor
-            from opolo_ros.sim.envs import make_env
-            from opolo_ros.sim.tasks import control_period
+            from opolo_ros.sim.tasks import task_control_period
 
-            env = make_env(env_id)
-            values["control_period_s"] = control_period(env)
-            env.close()
+            values["control_period_s"] = task_control_period(env_id)  # (it was made: evaluated on)
             also = f" and its task's control period ({values['control_period_s']:g} s)"
         stamp_metadata(args.model, values)
         print(f"wrote the evaluation{also} into the metadata of {args.model}")

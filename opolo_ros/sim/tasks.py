@@ -181,6 +181,20 @@ def control_period(env: gym.Env) -> float:
     return float(getattr(env.unwrapped, "dt", 0.02))
 
 
+def task_control_period(env_id: str) -> float | None:
+    """The control period of a task (a Gymnasium id or an MJCF file), for a model or checkpoint that
+    does not record its own; None when the environment cannot be made here (an MJCF file left
+    behind, an id Gymnasium does not know)."""
+    try:
+        env = make_task_env(env_id)
+    except (gym.error.Error, OSError, ValueError):
+        return None
+    try:
+        return control_period(env)
+    finally:
+        env.close()
+
+
 def continuation_seed(seed: int, step: int) -> int:
     """A reset seed for a run that goes on at `step` in a new process: derived from both, so it
     neither repeats the run's first episodes (the seed's own) nor another seed's."""

@@ -41,7 +41,7 @@ from opolo_ros.sim.envs import (
     random_policy_return,
     set_env_state,
 )
-from opolo_ros.sim.tasks import control_period
+from opolo_ros.sim.tasks import control_period, task_control_period
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
@@ -223,7 +223,7 @@ def policy_io_of(state: dict, cfg: RunConfig, checkpoint: Path) -> PolicyIO:
         period = io.get("control_period_s")
         return (int(io["obs_dim"]), int(io["act_dim"]),
                 ActionScaler(np.array(io["action_low"]), np.array(io["action_high"])),
-                float(period) if period is not None else task_control_period(cfg))
+                float(period) if period is not None else task_control_period(cfg.env_id))
     if is_mjcf(cfg.env_id) and not Path(cfg.env_id).is_file():
         raise FileNotFoundError(f"checkpoint {checkpoint} does not record the policy's sizes and action "
                                 f"bounds (written before checkpoints did), so export takes them from the "
@@ -233,24 +233,6 @@ def policy_io_of(state: dict, cfg: RunConfig, checkpoint: Path) -> PolicyIO:
     try:
         return (int(env.observation_space.shape[0]), int(env.action_space.shape[0]),
                 ActionScaler.from_space(env.action_space), control_period(env))
-    finally:
-        env.close()
-
-
-def task_control_period(cfg: RunConfig) -> float | None:
-    """The task's control period, for a checkpoint that records the policy's sizes but not its period
-    (written before checkpoints held it); None when the environment cannot be made here (an MJCF
-    file left behind, a Gymnasium id not registered): the export then leaves the period out."""
-    import gymnasium as gym
-
-    from opolo_ros.sim.tasks import make_task_env
-
-    try:
-        env = make_task_env(cfg.env_id)
-    except (gym.error.Error, OSError, ValueError):
-        return None
-    try:
-        return control_period(env)
     finally:
         env.close()
 

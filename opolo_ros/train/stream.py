@@ -125,8 +125,7 @@ class StreamTrainer:
         self._backlog: list[JournalRecord] = []  # journalled after the checkpoint: consumed first
         self.pending: Plan | None = None  # updates of self.step's plan not run yet (a stop came)
         self._periodic_due = False  # self.step's evaluation/checkpoint/export not done yet
-        self._saved_at: tuple | None = None  # the _save_point of the checkpoint on disk
-        self._checkpoint_step: int | None = None  # the step of the checkpoint on disk
+        self._saved_at: tuple | None = None  # the _save_point of the checkpoint on disk (its step first)
         # a light checkpoint on disk: the step of the full one (replay_base.pt) whose replay it uses
         self._base_step: int | None = None
         self._light_replay: dict | None = None  # a light checkpoint's replay state, until refilled
@@ -332,7 +331,10 @@ class StreamTrainer:
         for i in range(start, len(batch)):
             if self.done or self.stop.is_set():
                 break
-            if not self._store(batch, actions, i):
+            if not batch.void[i]:  # a void step (diverged sim) counts for the schedule, is not stored
+                self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i],
+                                batch.terminated[i], batch.truncated[i])
+            else:
                 self.void_steps += 1
             self.step += 1
             taken += 1
@@ -348,26 +350,16 @@ class StreamTrainer:
         if not self._backlog:  # the journal's own batches: acknowledged once all are consumed
             self.hooks.publish_progress()
 
-    def _store(self, batch: ReplayBatch, actions: np.ndarray, i: int) -> bool:
-        """Row `i` into the replay buffer (`actions`: the batch's, in [-1, 1]); False for a void
-        step (a diverged simulation), which counts for the schedule but is not stored."""
-        if batch.void[i]:
-            return False
-        self.replay.add(batch.obs[i], actions[i], batch.next_obs[i], batch.reward[i], batch.terminated[i],
-                        batch.truncated[i])
-        return True
-
     def _refill_replay(self, records: list[JournalRecord], light: dict) -> None:
         """A light checkpoint's replay buffer: the full one's (replay_base.pt), then the journal's
         transitions from that one's step to this checkpoint's, stored as they were when consumed
         (void rows left out), then the sampling generator of the moment of the stop. Into a buffer
         of the capacity the run had then; re-laid into this run's where ``schedule.buffer_size``
         changed since, as a full checkpoint's buffer is."""
-        base = self._base_replay
-        replay = self.replay
+        replay = self.replay  # holds the base's rows already (restored with the checkpoint)
         if light["capacity"] != self.replay.capacity:
             replay = ReplayBuffer(self.obs_dim, self.act_dim, light["capacity"])
-        replay.load_state_dict(base)
+            replay.load_state_dict(self._base_replay)
         expected = self._base_step
         for record in records:
             if record.first_step >= self.step or record.first_step > expected:
@@ -544,7 +536,7 @@ class StreamTrainer:
             self.replay_base_path.unlink(missing_ok=True)
         if self.journal is not None:
             self.journal.truncate(self.step if self._base_step is None else self._base_step)
-        self._saved_at, self._checkpoint_step = self._save_point(), self.step
+        self._saved_at = self._save_point()
         return True
 
     def _keep_replay_base(self) -> bool:
@@ -553,15 +545,15 @@ class StreamTrainer:
         span = self.cfg.checkpoint_every or LIGHT_SPAN
         if self._base_step is not None:
             return self.step - self._base_step <= span
-        if (self._checkpoint_step is None or self.step - self._checkpoint_step > span
-                or not self.checkpoint_path.is_file()):
+        on_disk = self._saved_at[0] if self._saved_at is not None else None  # the checkpoint's step
+        if on_disk is None or self.step - on_disk > span or not self.checkpoint_path.is_file():
             return False
         try:
             self.replay_base_path.unlink(missing_ok=True)
             os.link(self.checkpoint_path, self.replay_base_path)
         except OSError:  # a file system without hard links: a full checkpoint then
             return False
-        self._base_step = self._checkpoint_step
+        self._base_step = on_disk
         return True
 
     def _restore(self) -> None:
@@ -601,7 +593,7 @@ class StreamTrainer:
         self.first_batches = {int(k): int(v) for k, v in state.get("first_batches", {}).items()}
         # a finished run started again reports its last evaluation instead of running another
         self.last_eval = tuple(state.get("last_eval", self.last_eval))
-        self._saved_at, self._checkpoint_step = self._save_point(), self.step
+        self._saved_at = self._save_point()
 
     def checkpoint_if_stopped(self) -> bool:
         """After a stop request cut the run short: write the checkpoint, a light one (unless the one
