@@ -129,7 +129,7 @@ class StreamTrainer:
         # a light checkpoint on disk: the step of the full one (replay_base.pt) whose replay it uses
         self._base_step: int | None = None
         self._light_replay: dict | None = None  # a light checkpoint's replay state, until refilled
-        self._base_replay: dict | None = None  # and replay_base.pt's, the rows it is refilled from
+        self._base_replay: dict | None = None  # replay_base.pt's: a refill into another capacity
         self._metrics: dict[str, Any] = {}
         self.episode_stats: dict[int, tuple[float, int]] = {}
         self.expert_return = math.nan
