@@ -678,6 +678,24 @@ def test_rate_limit_ramps_commands(tmp_path, ros_domain_id, ros_node):
     assert 1.0 <= values[-1] < 3.0  # ramping towards the policy's 3.0, not there after ~1 s
 
 
+def test_rate_limit_after_a_silence_moves_at_most_one_seconds_worth(tmp_path, ros_domain_id, ros_node):
+    """Observations stop for 2.5 s (inside the watchdog's timeout): the next command moves from the
+    last one by at most max_action_rate * 1 s, not by rate * the whole silence."""
+    model = onnx_policy(tmp_path / "p.onnx", [1.0, 0.0, 0.0, 0.0])  # 3 * clamp(obs[0], -1, 1)
+    rate = 1.0  # per second: 2.5 s of silence would allow 2.5
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, max_action_rate=rate,
+                       observation_timeout_s=60.0)
+    with graph:
+        rig.send(m.observation_to_msg(np.zeros(4, np.float32)))
+        assert rig.spin_until(lambda: len(rig.commands) == 1)
+        rig.spin_for(2.5)
+        rig.send(m.observation_to_msg(np.array([1.0, 0.0, 0.0, 0.0], np.float32)))
+        assert rig.spin_until(lambda: len(rig.commands) == 2)
+    (t0, first), (t1, second) = rig.commands
+    assert first == 0.0 and t1 - t0 > 2.0 and rig.actor.safe_commands == 0
+    assert second == pytest.approx(rate * 1.0, abs=1e-6)
+
+
 def test_bound_inference_matches_session_run(tmp_path):
     """The actor's I/O-bound inference gives what ``OnnxPolicy.__call__`` gives, call after call."""
     from opolo_ros.export.onnx_policy import load_policy

@@ -105,12 +105,17 @@ def test_a_node_program_stopped_while_it_imports_says_so_and_exits_0(ros_domain_
     for sig in (signal.SIGTERM, signal.SIGINT):
         proc = subprocess.Popen([learner], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
-        deadline = time.monotonic() + 30
-        while not _catches(proc.pid, signal.SIGTERM):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-            time.sleep(0.002)
-        proc.send_signal(sig)
-        out = proc.communicate(timeout=30)[0]
+        try:
+            deadline = time.monotonic() + 30
+            while not _catches(proc.pid, signal.SIGTERM):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+                time.sleep(0.002)
+            proc.send_signal(sig)
+            out = proc.communicate(timeout=30)[0]
+        finally:
+            if proc.poll() is None:  # a failed check: leave no learner running
+                proc.kill()
+                proc.communicate()
         assert proc.returncode == 0, (sig, proc.returncode, out)
         assert "Traceback" not in out, out
         assert out.strip() == f"learner: stopped by {signal.Signals(sig).name} while starting", out
@@ -125,6 +130,33 @@ def _catches(pid: int, sig: int) -> bool:
         return False
     mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
     return bool(mask >> (sig - 1) & 1)
+
+
+def test_a_second_signal_inside_stop_on_signals_raises_keyboard_interrupt() -> None:
+    """The first SIGINT/SIGTERM only asks to stop (the loop finishes its step and checkpoints); a
+    second one, of either kind, breaks off at once; the handlers are restored afterwards."""
+    from opolo_ros import signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    stop = threading.Event()
+
+    def wait_for(done) -> None:
+        deadline = time.monotonic() + 5
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.01)  # Python runs the handler between these
+
+    broke_off = False
+    try:
+        with signals.stop_on_signals(stop):
+            os.kill(os.getpid(), signal.SIGINT)
+            wait_for(stop.is_set)
+            assert stop.is_set()
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait_for(lambda: False)  # the KeyboardInterrupt ends this wait
+    except KeyboardInterrupt:
+        broke_off = True
+    assert broke_off
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_node_programs_are_recognised_by_their_command_line() -> None:

@@ -400,6 +400,7 @@ name, root, saving = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 (root / f"{name}.started").write_text(str(os.getpid()))
 def stop(*_):
     signal.signal(signal.SIGTERM, lambda *_: ((root / f"{name}.aborted").touch(), os._exit(1)))
+    (root / f"{name}.saving").touch()
     time.sleep(saving)
     (root / f"{name}.checkpoint").touch()
     sys.exit(130)
@@ -451,6 +452,35 @@ def test_a_queue_failing_while_it_stops_signals_no_job_twice(tmp_path: Path) -> 
     thread.join(timeout=30)
     assert len(errors) == 1 and isinstance(errors[0], OSError), errors
     assert (tmp_path / "slow.checkpoint").exists() and not (tmp_path / "slow.aborted").exists()
+
+
+def test_a_second_signal_to_the_queue_is_passed_on_and_ends_a_saving_job_at_once(tmp_path: Path) -> None:
+    """The first SIGTERM stops the queue and asks the job for its checkpoint; a second one, sent while
+    the job still writes it (here 30 s), reaches the job too, which then ends at once."""
+    job = patient(tmp_path, "slow", saving=30.0)
+    queue_file = tmp_path / "q.yaml"
+    queue_file.write_text(f"jobs:\n  - {{name: slow, command: {list(job.command)}}}\n")
+    proc = subprocess.Popen([OPOLO_ROS, "queue", str(queue_file), "--state-dir", str(tmp_path / "state")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait_for(path: Path) -> bool:
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        return path.exists()
+
+    try:
+        assert wait_for(tmp_path / "slow.started")
+        proc.send_signal(signal.SIGTERM)
+        assert wait_for(tmp_path / "slow.saving")  # the job got the first one
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)  # well before the job's 30 s checkpoint
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.communicate(timeout=60)
+    assert (tmp_path / "slow.aborted").exists() and not (tmp_path / "slow.checkpoint").exists(), out
+    assert proc.returncode == 130, out
 
 
 def test_a_job_whose_pid_file_cannot_be_written_is_not_left_running(tmp_path: Path) -> None:

@@ -45,6 +45,29 @@ def test_records_survive_reopening(tmp_path, fsync):
     journal.close()
 
 
+@pytest.mark.parametrize("fsync", [False, True])
+def test_with_fsync_each_record_is_on_the_disk_when_sync_returns(tmp_path, monkeypatch, fsync):
+    """`fsync=True`: sync() returns after an fsync of the file that holds the record; `False`: none."""
+    synced: list[int] = []  # the journal file's size at each fsync of it
+    path = tmp_path / "j.bin"
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        if path.exists() and os.path.samestat(os.fstat(fd), path.stat()):
+            synced.append(os.fstat(fd).st_size)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    journal = ReplayJournal(path, FIELDS, fsync=fsync)
+    journal.open()
+    synced.clear()  # what opening does is not the question here
+    for rec in (record(0, 3, 0), record(3, 2, 1)):
+        journal.append(rec)
+        journal.sync()
+        assert synced[-1:] == ([path.stat().st_size] if fsync else []), synced
+    journal.close()
+
+
 def test_torn_or_corrupt_tail_is_dropped(tmp_path):
     path = tmp_path / "j.bin"
     records = written(path)

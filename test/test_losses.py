@@ -46,6 +46,14 @@ def test_reward_is_minus_log_one_minus_d_with_clipping():
 
 def test_bernoulli_entropy_and_discriminator_loss():
     assert losses.bernoulli_entropy(T([0.0, 0.0])).item() == pytest.approx(math.log(2), rel=1e-6)
+
+    def entropy(p: float) -> float:
+        return -p * math.log(p) - (1 - p) * math.log(1 - p)
+
+    # away from logit 0, where the (1 - p) * logit term counts: p = sigmoid(2), sigmoid(-1)
+    p1, p2 = 1 / (1 + math.exp(-2.0)), 1 / (1 + math.exp(1.0))
+    assert losses.bernoulli_entropy(T([2.0, -1.0])).item() == pytest.approx(
+        (entropy(p1) + entropy(p2)) / 2, rel=1e-6)
     loss = losses.discriminator_loss(T([0.0]), T([0.0]), entropy_coef=1e-3)
     assert loss.item() == pytest.approx(2 * math.log(2) - 1e-3 * math.log(2), rel=1e-6)
     # confident and right: expert logit 10, policy logit -10 -> small loss
@@ -59,6 +67,17 @@ def test_gradient_penalty_of_a_linear_discriminator():
 
     gp = losses.gradient_penalty(disc, torch.randn(5, 2), torch.randn(5, 2), torch.rand(5, 1))
     assert gp.item() == pytest.approx(16.0, rel=1e-6)
+
+
+def test_gradient_penalty_is_taken_at_the_interpolated_point():
+    def disc(x):  # D = |x|^2: grad 2x, so |grad| tells where it was taken
+        return x.pow(2).sum(dim=-1)
+
+    expert, policy = T([[1.0, 0.0], [0.0, 2.0]]), T([[0.0, 1.0], [0.0, 0.0]])
+    eps = T([[0.25], [0.5]])
+    # x = eps * expert + (1 - eps) * policy = (0.25, 0.75), (0, 1): |grad| = 2 sqrt(0.625), 2
+    expected = ((2 * math.sqrt(0.625) - 1) ** 2 + (2.0 - 1) ** 2) / 2
+    assert losses.gradient_penalty(disc, expert, policy, eps).item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_gradient_penalty_is_zero_for_a_unit_gradient_and_differentiable():

@@ -249,12 +249,16 @@ def test_lockstep_bridge_driven_by_an_actor_that_reads_only_joint_states(tmp_pat
     """The joint states go out with every observation, the initial state's included: before, the
     first came only after a step, so a JointState actor never answered and the bridge waited."""
     specs = realtime_mjcf_graph(tmp_path, MJCF)
-    specs[0].parameters.update(mode="lockstep", flow_control=False)
+    # wait_for_controller: the first step waits until the actor's joint-state subscription matched,
+    # so the initial state cannot be lost to discovery, and no re-publish is ever needed for it
+    specs[0].parameters.update(mode="lockstep", flow_control=False, wait_for_controller=True)
     specs[1].parameters.update(rate_hz=0.0, mode="train")  # no watchdog: only the joint states drive it
     with GraphRunner(specs, ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
         assert graph.spin_until(lambda: bridge.steps >= 20, timeout_s=20.0), \
             f"bridge steps {bridge.steps}, observation re-published {bridge.republished}"
+        # the first joint state went out with the initial observation: no re-publish had to send it
+        assert bridge.republished == 0, bridge.republished
 
 
 def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain_id):

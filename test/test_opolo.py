@@ -105,9 +105,19 @@ def test_inverse_regulariser_pulls_policy_towards_inverse_model():
 
 
 def test_lambda_zero_is_opolo_x_and_ignores_the_inverse_model():
-    lrn = make(lam=0.0)
-    _, metrics = lrn.actor_loss(batch(), expert())
-    assert "actor/inverse_reg" not in metrics
+    def loss_and_grads(lam: float, inverse_scale: float) -> tuple[float, list[torch.Tensor]]:
+        lrn = make(lam=lam)
+        with torch.no_grad():  # another inverse model: only a loss that reads it can change
+            for p in lrn.inverse.parameters():
+                p.mul_(inverse_scale)
+        loss, metrics = lrn.actor_loss(batch(), expert())
+        assert ("actor/inverse_reg" in metrics) == (lam > 0)
+        return loss.item(), actor_grads(lrn, loss)
+
+    for lam, reads_it in ((0.0, False), (1.0, True)):
+        (a, grads_a), (b, grads_b) = loss_and_grads(lam, 1.0), loss_and_grads(lam, 3.0)
+        same = a == b and all(torch.equal(x, y) for x, y in zip(grads_a, grads_b))
+        assert same != reads_it, (lam, a, b)
 
 
 @pytest.mark.parametrize("mode", ["ignore", "terminal"])
@@ -194,13 +204,19 @@ def test_load_state_dict_keeps_the_configured_learning_rates():
     b.load_state_dict(a.state_dict())
     assert [g["lr"] for g in b.critic_opt.param_groups] == [5e-4]
     assert [g["lr"] for g in b.disc_opt.param_groups] == [2e-4]
-    moments_a = a.critic_opt.state_dict()["state"]
-    moments_b = b.critic_opt.state_dict()["state"]
-    assert moments_a.keys() == moments_b.keys() and moments_a
-    for k in moments_a:
-        assert torch.equal(moments_a[k]["exp_avg"], moments_b[k]["exp_avg"])
-    for x, y in zip(a.critic.parameters(), b.critic.parameters()):
-        assert torch.equal(x, y)
+    for name, opt_a in a.optimizers().items():  # every optimiser's moments and step counts
+        moments_a = opt_a.state_dict()["state"]
+        moments_b = b.optimizers()[name].state_dict()["state"]
+        assert moments_a.keys() == moments_b.keys()
+        for k in moments_a:
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                assert torch.equal(moments_a[k][key], moments_b[k][key]), (name, k, key)
+    assert a.critic_opt.state_dict()["state"] and a.inverse_opt.state_dict()["state"]  # updated above
+    for name, module in a.modules().items():  # every network, the target critic's included
+        for x, y in zip(module.state_dict().values(), b.modules()[name].state_dict().values()):
+            assert torch.equal(x, y), name
+    assert [getattr(b, n) for n in b.counter_names] == [getattr(a, n) for n in a.counter_names]
+    assert a.critic_steps == 1 and a.inverse_steps == 1
 
 
 def test_opolo_x_schedules_no_inverse_model_update_and_opolo_does():
