@@ -830,7 +830,7 @@ def test_a_real_time_bridge_told_to_wait_for_its_controller_steps_only_once_matc
     (["-r", "__ns:=/robot", "--params-file", "{task}", "-p", "run_dir:={tmp}/mine"], False),  # not its
     (["--params-file", "{own}", "-p", "run_dir:={tmp}/mine"], False),  # a file with the node's section only
 ], ids=["plain -p after a task file", "-p learner:", "namespaced node", "own section only"])
-def test_a_p_that_did_not_reach_the_node_is_refused(tmp_path, ros_domain_id, argv, refused):
+def test_a_p_that_did_not_reach_the_node_is_refused(tmp_path, ros_domain_id, argv, refused, capfd):
     """`learner --ros-args --params-file config/<task>.yaml -p run_dir:=...` trained in the file's
     run folder: rcl applied the file's learner section over the -p (a walkthrough). The node checks
     what it got against each -p, so where rcl's order lets the -p win nothing is refused."""
@@ -843,6 +843,7 @@ def test_a_p_that_did_not_reach_the_node_is_refused(tmp_path, ros_domain_id, arg
     args = ["learner", "--ros-args", *(a.format(**files) for a in argv), "-p", "demo_settle_s:=0.0"]
     if refused:
         assert run_node(Learner, args) == 2
+        assert f"-p run_dir:={tmp_path}/mine did not reach the node" in capfd.readouterr().err
         return
     import rclpy
     from rclpy.parameter import Parameter
