@@ -218,15 +218,22 @@ def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str
 
     metadata = {"env_id": env_id, "expert": model.name, "seed": args.seed, "source": "opolo-ros record"}
     policy = _stoppable(policy)
+    episodes: list[Any] = []  # filled as each episode ends: an interrupt keeps the finished ones
+    skipped: list[int] = []
+    try:
+        if args.skip_terminated:
+            complete_episodes(policy, env_id, args.episodes, seed=args.seed, time_feature=time_feature,
+                              into=episodes, skipped=skipped)
+        else:
+            rollout_episodes(policy, env_id, args.episodes, seed=args.seed, time_feature=time_feature,
+                             into=episodes)
+    except KeyboardInterrupt:
+        _record_interrupted(args, output, episodes, skipped, metadata)
+        raise  # not reached: _record_interrupted raises
     if args.skip_terminated:
-        episodes, skipped = complete_episodes(policy, env_id, args.episodes, seed=args.seed,
-                                              time_feature=time_feature)
         metadata["skipped_terminated_seeds"] = skipped  # the episodes left out, for the record
         if skipped:
             print(f"{env_id}: skipped {len(skipped)} episode(s) that ended by termination (seeds {skipped})")
-    else:
-        episodes = rollout_episodes(policy, env_id, args.episodes, seed=args.seed,
-                                    time_feature=time_feature)
     returns = np.array([ep.ret for ep in episodes])
     path = write_demonstrations(output, episodes, storage=args.storage, metadata=metadata)
     print(f"{env_id}: {len(episodes)} expert episodes, return {returns.mean():.1f} +- {returns.std():.1f} "
@@ -234,6 +241,25 @@ def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str
           f"{sum(len(ep.obs) - 1 for ep in episodes)} transitions")
     print(f"bag: {path} ({args.storage})")
     return 0
+
+
+def _record_interrupted(args: argparse.Namespace, output: Path, episodes: list[Any], skipped: list[int],
+                        metadata: dict[str, Any]) -> None:
+    """An interrupted `record`: the episodes that had ended go into the bag (its metadata says the
+    recording was cut short), then KeyboardInterrupt with what was kept."""
+    from opolo_ros.data.bags import write_demonstrations
+
+    name = signals.interrupt_signal()
+    stopped = f"stopped by {name}" if name else "stopped"
+    if not episodes:
+        raise KeyboardInterrupt(f"{stopped} before the first episode ended: no bag written")
+    if args.skip_terminated:
+        metadata["skipped_terminated_seeds"] = skipped
+    metadata["interrupted"] = f"{len(episodes)} of {args.episodes} episodes recorded"
+    with signals.hold_signals():  # a second Ctrl-C must not leave half a bag
+        path = write_demonstrations(output, episodes, storage=args.storage, metadata=metadata)
+    raise KeyboardInterrupt(f"{stopped}; the {len(episodes)} of {args.episodes} episodes that had ended "
+                            f"are in {path}")
 
 
 def _stoppable(policy: Callable[[Any], Any]) -> Callable[[Any], Any]:

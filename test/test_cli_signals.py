@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from opolo_ros import cli
 
 EXPERT = Path(__file__).resolve().parents[1] / "models" / "experts" / "InvertedPendulum-v5.onnx"
@@ -236,6 +238,42 @@ def test_a_swallowed_interrupt_stops_record_before_it_writes_a_bag(tmp_path) -> 
     assert result.returncode == 130, (result.returncode, result.stdout, result.stderr)
     assert not bag.exists(), result.stdout
     assert "interrupted: stopped by SIGTERM" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("skip_terminated", [False, True])
+def test_an_interrupted_record_keeps_the_episodes_that_had_ended(tmp_path, skip_terminated) -> None:
+    """`opolo-ros record` rolled out every episode before it wrote anything, so a Ctrl-C lost them
+    all, and said "what was written before is kept". A SIGINT as the third episode starts: the two
+    that had ended are in the bag, whose metadata says it was cut short; status 130."""
+    bag = tmp_path / "bag"
+    args = ["record", "--model", str(EXPERT), "--episodes", "20", "--output", str(bag)]
+    if skip_terminated:
+        args.append("--skip-terminated")
+    code = ("import os, signal\n"
+            "from opolo_ros import cli\n"
+            "from opolo_ros.sim import rollout\n"
+            "make_env = rollout.make_env\n"
+            "def make_env_interrupted(*args, **kwargs):\n"
+            "    env = make_env(*args, **kwargs)\n"
+            "    reset, resets = env.reset, []\n"
+            "    def counted(**kw):\n"
+            "        resets.append(1)\n"
+            "        if len(resets) == 3:\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "        return reset(**kw)\n"
+            "    env.reset = counted\n"
+            "    return env\n"
+            "rollout.make_env = make_env_interrupted\n"
+            f"raise SystemExit(cli.main({args!r}))\n")
+    result = _run_in_subprocess(code)
+    assert result.returncode == 130, (result.returncode, result.stdout, result.stderr)
+    assert "interrupted: stopped by SIGINT; the 2 of 20 episodes that had ended are in" in result.stderr
+    from opolo_ros.data.bags import read_bag_metadata
+    from opolo_ros.data.demos import load_episodes
+
+    episodes = load_episodes(bag)
+    assert len(episodes) == 2 and all(len(ep.obs) == 1001 for ep in episodes)  # the expert never falls
+    assert read_bag_metadata(bag)["interrupted"] == "2 of 20 episodes recorded"
 
 
 def test_a_swallowed_interrupt_stops_the_launch_graph_at_once(tmp_path, ros_domain_id) -> None:

@@ -121,6 +121,35 @@ def run_recorder(tmp_path, ros_domain_id, ros_node, batches, **params):
     return recorder_node
 
 
+@pytest.mark.parametrize("ended", [2, 0])
+def test_a_recorder_stopped_early_writes_the_episodes_that_had_ended(tmp_path, ros_domain_id, ros_node,
+                                                                     ended):
+    """Stopped (the launch's SIGINT) after 2 of 3 episodes: they are in the bag, whose metadata says
+    the recording was cut short (before, nothing was written); stopped before any ended: no bag."""
+    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
+    batches = [m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:], np.ones(3), np.zeros(3),
+                               np.array([0.0, 0.0, 1.0]), seq=k, source=7) for k in range(ended)]
+    spec = NodeSpec("demo_recorder", "demo_recorder",
+                    parameters={"output": str(tmp_path / "bag"), "episodes": 3})
+    with GraphRunner([spec], ros_domain_id) as graph:
+        node, executor = ros_node("replay_source")
+        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+        recorder = graph.nodes["demo_recorder"]
+        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder), 10.0)
+        for batch in batches:
+            pub.publish(batch)
+        assert spin_until([executor, graph.executor], lambda: len(recorder.episodes) == ended, 10.0)
+        assert not recorder.finished.is_set()
+    if not ended:
+        assert not (tmp_path / "bag").exists()
+        return
+    from opolo_ros.data.bags import read_bag_metadata
+
+    episodes = read_demonstrations(tmp_path / "bag")
+    assert len(episodes) == 2 and all(np.array_equal(ep.obs, obs) for ep in episodes)
+    assert read_bag_metadata(tmp_path / "bag")["interrupted"] == "2 of 3 episodes recorded"
+
+
 def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domain_id, ros_node):
     """A void replay step (the bridge's sim blew up) ends no demonstration: that episode is dropped."""
     obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # states s0..s5; the sim resets to s3

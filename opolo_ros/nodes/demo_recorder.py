@@ -29,6 +29,7 @@ from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import qos_for
 from opolo_ros.ros.subscribe import subscribe
+from opolo_ros.signals import hold_signals
 from opolo_ros.sim.task_ids import is_mjcf
 
 STORAGES = ("mcap", "sqlite3")
@@ -160,10 +161,23 @@ class DemoRecorder(FinishableNode):
         self.get_logger().info(f"episode {k + 1}/{self.target}: {len(episode.obs) - 1} steps, "
                                f"return {episode.ret:.1f}")
 
-    def _write(self) -> None:
+    def close(self) -> None:
+        """Stopped (SIGINT, SIGTERM, the launch ending) before all its episodes came: the episodes that
+        had ended go into the bag, whose metadata says the recording was cut short."""
+        if self.bag is not None or self.error is not None:
+            return
+        if not self.episodes:
+            self.get_logger().warning(f"stopped before the first episode ended: {self.output} not written")
+            return
+        with hold_signals():  # a second Ctrl-C must not leave half a bag
+            self._write(interrupted=True)
+
+    def _write(self, interrupted: bool = False) -> None:
         from opolo_ros.data.bags import write_demonstrations
 
         metadata: dict[str, Any] = {"source": "opolo_ros demo_recorder"}
+        if interrupted:
+            metadata["interrupted"] = f"{len(self.episodes)} of {self.target} episodes recorded"
         if self.skip_terminated:
             metadata["skipped_terminated"] = self.skipped
         if self.env_id:
@@ -176,7 +190,8 @@ class DemoRecorder(FinishableNode):
         returns = np.array([ep.ret for ep in self.episodes])
         said = ("no reward: an MJCF task" if np.isnan(returns).all() else
                 f"return {returns.mean():.1f} +- {returns.std():.1f}")
-        self.get_logger().info(f"wrote {len(self.episodes)} episodes ({said}) to {self.bag} ({self.storage})")
+        self.get_logger().info(f"wrote {len(self.episodes)}{f' of {self.target}' if interrupted else ''} "
+                               f"episodes ({said}) to {self.bag} ({self.storage})")
         self.finished.set()
 
 

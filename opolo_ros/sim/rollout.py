@@ -37,22 +37,29 @@ def iter_episodes(policy: Callable[[np.ndarray], np.ndarray], env_id: str, seed:
 
 
 def rollout_episodes(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int,
-                     seed: int = 0, time_feature: bool = False) -> list[Episode]:
-    """The first `episodes` episodes of `iter_episodes`."""
+                     seed: int = 0, time_feature: bool = False,
+                     into: list[Episode] | None = None) -> list[Episode]:
+    """The first `episodes` episodes of `iter_episodes`, appended to `into` (a new list by default)
+    as each one ends: a caller broken off by an interrupt still holds the finished ones there."""
+    kept = [] if into is None else into
     with contextlib.closing(iter_episodes(policy, env_id, seed, time_feature)) as source:
-        return list(itertools.islice(source, episodes))
+        for ep in itertools.islice(source, episodes):
+            kept.append(ep)
+    return kept
 
 
 def complete_episodes(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int,
-                      seed: int = 0, time_feature: bool = False,
-                      max_tries: int | None = None) -> tuple[list[Episode], list[int]]:
+                      seed: int = 0, time_feature: bool = False, max_tries: int | None = None,
+                      into: list[Episode] | None = None,
+                      skipped: list[int] | None = None) -> tuple[list[Episode], list[int]]:
     """The first `episodes` episodes of `iter_episodes` that end at the time limit, not by
     termination (an expert that falls now and then still gives demonstrations of the behaviour),
-    and the seeds of those skipped. Raises ValueError (the policy is not expert enough) after
-    `max_tries` episodes (default: 5 per episode asked for) without enough of them."""
+    and the seeds of those skipped; both lists filled as the episodes end (`into`, `skipped`: the
+    caller's, as in :func:`rollout_episodes`). Raises ValueError (the policy is not expert enough)
+    after `max_tries` episodes (default: 5 per episode asked for) without enough of them."""
     max_tries = 5 * episodes if max_tries is None else max_tries
-    kept: list[Episode] = []
-    skipped: list[int] = []
+    kept = [] if into is None else into
+    skipped = [] if skipped is None else skipped
     with contextlib.closing(iter_episodes(policy, env_id, seed, time_feature)) as source:
         for ep in itertools.islice(source, max_tries):
             if ep.meta["terminated"]:
