@@ -11,6 +11,12 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
+def short_repr(value: object, limit: int = 60) -> str:
+    """`value`'s repr for a one-line error, cut at `limit` characters (a whole YAML section is not)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def exit_status(main: Callable[[], int | None], name: str) -> int:
     """`main()`'s status for a script: bad input (ValueError, a missing or unreadable file) gives
     one line on stderr and 2, a signal (KeyboardInterrupt, the training loops' TrainingInterrupted

@@ -22,7 +22,10 @@ handed to rcl as ``[params_file, {...}]``: rcl gives a file's node-specific sect
 any ``/**`` section regardless of order (so an argument passed as a ``/**`` override would lose
 against the file's ``learner:`` section), and a plain ``learner:`` key does not match a node in a
 namespace. :func:`node_parameters` applies the sections in the order ``/**``, ``/**/<name>``,
-``<name>``, ``/<name>``, ``<ns>/<name>``; the arguments go on top.
+``<name>``, ``/<name>``, ``<ns>/<name>``; the arguments go on top. A file's sections are read as rcl
+reads them: nested keys name namespaces (``robot1: {actor: {ros__parameters: ...}}`` is
+``robot1/actor``), and what rcl refuses (a value outside ``ros__parameters``, a misspelt
+``ros__parameters``) is an error, never a section skipped.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from opolo_ros.algo.config import (
     learner_parameter_names,
     read_yaml,
 )
-from opolo_ros.errors import one_line
+from opolo_ros.errors import one_line, short_repr
 from opolo_ros.sim.task_ids import is_mjcf
 
 PACKAGE = "opolo_ros"
@@ -165,17 +168,36 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
                              f"{section}'), the file `opolo-ros train --config` takes; a launch or a "
                              "node program needs a ROS 2 parameter file (<node or /**>: {ros__parameters: "
                              "{...}}, e.g. config/inverted_pendulum.yaml)")
-        if not isinstance(section, Mapping) or not isinstance(section.get("ros__parameters", {}), Mapping):
-            raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
-                             "(a ROS 2 parameter file)")
-        node = str(key).rsplit("/", 1)[-1]
-        close = difflib.get_close_matches(node, NODE_CLASSES, n=1, cutoff=0.8)
-        if node != "**" and node not in NODE_CLASSES and close:  # other nodes' sections are fine
-            raise ValueError(f"parameter file {path}: section '{key}' names no opolo_ros node; did you "
-                             f"mean '{close[0]}'? (nodes: {', '.join(NODE_CLASSES)})")
-        if "ros__parameters" in section:
-            out[str(key)] = section["ros__parameters"] or {}
+        _read_section(path, str(key), section, out)
     return out
+
+
+def _read_section(path: Path, key: str, section: Any, out: dict[str, Any]) -> None:
+    """One node's (or namespace's) section into `out`, as rcl reads it: ``ros__parameters`` holds the
+    parameters, any other key names a node or namespace below (``robot1: {actor: {ros__parameters:
+    ...}}`` is ``robot1/actor``). What rcl refuses is an error here too, never silently skipped: a
+    value outside ``ros__parameters`` (a misspelt ``ros__parameters`` above all)."""
+    if not isinstance(section, Mapping):
+        raise ValueError(f"parameter file {path}: '{key}' is {short_repr(section)}, outside any "
+                         "'ros__parameters' (rcl refuses the file): a node's section is "
+                         "<node>: {ros__parameters: {name: value}}")
+    for name, value in section.items():
+        name = str(name)
+        if name == "ros__parameters":
+            if value is not None and not isinstance(value, Mapping):
+                raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
+                                 f"(a ROS 2 parameter file), got {short_repr(value)}")
+            node = key.rsplit("/", 1)[-1]
+            close = difflib.get_close_matches(node, NODE_CLASSES, n=1, cutoff=0.8)
+            if node != "**" and node not in NODE_CLASSES and close:  # other nodes' sections are fine
+                raise ValueError(f"parameter file {path}: section '{key}' names no opolo_ros node; did you "
+                                 f"mean '{close[0]}'? (nodes: {', '.join(NODE_CLASSES)})")
+            out[key] = value or {}
+        elif difflib.get_close_matches(name, ["ros__parameters"], n=1, cutoff=0.75):
+            raise ValueError(f"parameter file {path}: section '{key}' holds '{name}', not 'ros__parameters' "
+                             "(rcl refuses the file; its parameters would reach no node)")
+        else:
+            _read_section(path, f"{key}/{name}", value, out)
 
 
 @functools.cache

@@ -221,6 +221,34 @@ def test_node_parameters_precedence_and_namespaces(tmp_path):
     assert lr.node_parameters(path, "actor") == {"seed": 1, "env_id": "A"}
 
 
+@pytest.mark.parametrize("top", ["robot1", "/robot1"])
+def test_nested_namespace_sections_reach_the_namespaced_node(tmp_path, top):
+    """rcl reads `robot1: {actor: {ros__parameters: ...}}` as /robot1/actor's section; the launch
+    dropped it without a word (its safety settings with it)."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({top: {"actor": {"ros__parameters": {"max_action_rate": 2.0}},
+                                          "ros__parameters": {"rate_hz": 5.0}}}))
+    assert lr.node_parameters(path, "actor", "robot1") == {"max_action_rate": 2.0}
+    assert lr.node_parameters(path, "actor") == {}  # another namespace's
+    assert lr.read_params_file(path)[top] == {"rate_hz": 5.0}  # the section of a node named robot1
+
+
+@pytest.mark.parametrize("section,match", [
+    ({"actor": {"ros_parameters": {"joints": ["hinge"]}}}, "section 'actor' holds 'ros_parameters', not "
+                                                           "'ros__parameters'"),
+    ({"robot1": {"actor": {"ros__params": {"rate_hz": 5.0}}}}, "section 'robot1/actor' holds 'ros__params'"),
+    ({"actor": {"rate_hz": 5.0}}, "'actor/rate_hz' is 5.0, outside any 'ros__parameters'"),
+])
+def test_sections_rcl_refuses_are_errors_not_skipped(tmp_path, section, match):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {"seed": 1}}, **section}))
+    with pytest.raises(ValueError, match=match):
+        lr.read_params_file(path)
+    expert = ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx"
+    with pytest.raises(ValueError, match=match):  # the deploy launch started without them before
+        lr.describe_launch("deploy", [f"model:={expert}", f"params_file:={path}"])
+
+
 def test_argument_parsing_errors():
     assert lr.parse_arguments(["env:=Hopper-v5", "demos:=a:=b"]) == {"env": "Hopper-v5", "demos": "a:=b"}
     with pytest.raises(ValueError, match="name:=value"):

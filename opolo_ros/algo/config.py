@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 import yaml
 
+from opolo_ros.errors import short_repr
+
 ResidualMode = Literal["residual", "stop_gradient"]
 DoneMode = Literal["ignore", "terminal"]
 PolicyUpdate = Literal["sequential", "simultaneous"]
@@ -338,7 +340,7 @@ def run_section(data: Any, path: Path | str = "<config>",
         section = data.get(node)
         if node in data and not (isinstance(section, Mapping) and "ros__parameters" in section):
             raise ValueError(f"config file {path}: section '{node}' must hold a 'ros__parameters' mapping "
-                             f"(a ROS 2 parameter file), got {section!r}")
+                             f"(a ROS 2 parameter file), got {short_repr(section)}")
     if not any(isinstance(v, Mapping) and "ros__parameters" in v for v in data.values()):
         return data
     merged: dict[str, Any] = {}
