@@ -632,7 +632,7 @@ def unbounded_policy(path: Path) -> Path:
 
 def test_an_infinite_policy_output_gets_the_safe_command_not_the_bound(tmp_path, ros_domain_id, ros_node):
     graph, rig = start(tmp_path, ros_domain_id, ros_node, unbounded_policy(tmp_path / "inf.onnx"),
-                       safe_command=[0.25], observation_timeout_s=60.0)
+                       safe_command=0.25, observation_timeout_s=60.0)  # one number, as action_low takes
     with graph:
         assert np.isinf(rig.actor.current.runner(np.array([5.0, 0.0, 0.0, 0.0], np.float32))).all()
         rig.send(m.observation_to_msg(np.array([5.0, 0.0, 0.0, 0.0], np.float32)))

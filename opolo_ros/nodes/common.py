@@ -68,6 +68,9 @@ def coerce(name: str, value: Any, default: ParamValue) -> ParamValue:
         if isinstance(value, str):
             return value
     elif isinstance(default, list):
+        if default and isinstance(default[0], float) and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            return [float(value)]  # one number for a list of numbers: one value (as action_low takes)
         if isinstance(value, (list, tuple)):
             items = list(value)
             if default and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
