@@ -379,6 +379,37 @@ def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_dom
             "remap observation_topic)") in err, err
 
 
+def test_a_publisher_of_another_type_that_starts_after_the_actor_is_named(tmp_path, ros_domain_id, ros_node,
+                                                                            capfd):
+    """The type hint came only with the first stale warning: a robot started after the actor (the
+    usual order with a launch) got "nothing publishes", and then nothing more while it published
+    JointState to an array actor. While stale, the actor looks again (every STALE_RECHECK_S)."""
+    from opolo_ros.nodes import actor as actor_module
+
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    graph = GraphRunner([NodeSpec("actor", "actor", parameters={
+        "mode": "deploy", "model": str(model), "subscribe_policy": False, "observation_timeout_s": 0.5,
+        "watchdog_rate_hz": 20.0})], ros_domain_id)
+    with graph:
+        actor = graph.nodes["actor"]
+        assert graph.spin_until(lambda: actor.stale, timeout_s=10.0)
+        assert "until observations return (nothing publishes /observation)" in capfd.readouterr().err
+        peer, peer_executor = ros_node("robot")
+        peer.create_publisher(JointState, "observation", 10)
+        hinted = ("still no valid observation: safe command (/observation is published as "
+                  "sensor_msgs/msg/JointState")
+        err = ""
+
+        def told() -> bool:
+            nonlocal err
+            peer_executor.spin_once(timeout_sec=0.0)
+            err += capfd.readouterr().err
+            return hinted in err
+
+        assert graph.spin_until(told, timeout_s=actor_module.STALE_RECHECK_S + 10.0), err
+    assert "set joints" in err and actor.safe_commands > 0
+
+
 def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, ros_domain_id, capfd):
     """An MJCF arm trained at 100 Hz was commanded at the deploy launch's 50 Hz, and half its steps
     found no new command (a walkthrough). The start-up line says the command rate; a fixed rate more

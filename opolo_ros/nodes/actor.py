@@ -138,6 +138,7 @@ COUNTER_QOS = POLICY_VERSION_QOS  # a late `ros2 topic echo` sees the current co
 RELIABLE_DEFAULT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # rclpy's default
 SEED_OFFSET = 3  # the direct loop's action generator is default_rng(seed + 3)
 LOG_THROTTLE_S = 5.0
+STALE_RECHECK_S = 5.0  # while stale: how often the publishers of the observation topic are looked at again
 MIN_RATE_HZ = 1e-3  # rate_hz / watchdog_rate_hz: a period of at most 1000 s
 RATE_TOLERANCE = 0.1  # deploy: a rate_hz this far (relative) from the model's training rate is warned of
 SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
@@ -170,6 +171,7 @@ class Actor(FinishableNode):
         self.nonfinite_actions = 0  # policy outputs replaced by the safe command
         self.failed_runs = 0  # observations the model failed on (onnxruntime raised)
         self.stale = False
+        self._stale_note, self._stale_checked = "", 0.0  # the publishers note last logged, and when
         self._final_sent = False  # the safe command on exit (close() may run twice)
         self._rate_warned: float | None = None  # the training rate a rate_hz mismatch was warned of
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
@@ -635,7 +637,7 @@ class Actor(FinishableNode):
                   else f"std_msgs/msg/{self._array_type.__name__}")
         types = sorted({info.topic_type for info in self.get_publishers_info_by_topic(topic)})
         if not types:
-            return f" (no publisher of {topic} yet)"
+            return f" (nothing publishes {topic})"
         other = [t for t in types if t != wanted]
         if not other:
             return ""
@@ -657,10 +659,20 @@ class Actor(FinishableNode):
         if not self.stale:
             self.stale = True
             self.stale_events += 1
+            self._stale_note, self._stale_checked = self._publishers_note(), now
             self.get_logger().warning(
                 f"no valid observation for {self.obs_timeout:g} s: publishing the safe command "
                 f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations return"
-                + self._publishers_note())
+                + self._stale_note)
+        elif now - self._stale_checked > STALE_RECHECK_S:  # a publisher that came (or went) since
+            self._stale_checked = now
+            note = self._publishers_note()
+            if note != self._stale_note:
+                self._stale_note = note
+                self.get_logger().warning("still no valid observation: safe command" + (note or
+                                          f" ({self._observation_topic} is published with the type this "
+                                          "actor reads, yet nothing valid arrives: a QoS the actor's does "
+                                          "not match, or observations rejected)"))
         self._safe_into(command, now)
         self._send(command, None)
         self.safe_commands += 1
