@@ -376,7 +376,9 @@ def _choose_topic(topics: Mapping[str, str], bag: Path) -> str:
     if len(candidates) == 1:
         return candidates[0]
     listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
-    why = "several observation topics" if candidates else "no demonstration or observation topic"
+    why = "several observation topics" if candidates else (
+        "no demonstration or observation topic (the types read: the demonstration layout on "
+        f"{DEMO_TOPIC}, or a stream of {', '.join(t.rsplit('/', 1)[-1] for t in STREAM_TYPES)})")
     raise BagError(f"{bag}: {why}; choose one with demos_topic (opolo-ros train --set demos_topic=..., "
                    f"opolo-ros launch sim_train demos_topic:=..., or the task file; demo_player's own "
                    f"parameter: bag_topic) (topics: {listing})")
