@@ -27,6 +27,11 @@ def info_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
     return demonstration_lines(path, demo_options)
 
 
+def _count(n: int, word: str) -> str:
+    """`n` `word`s, in the singular for one ("1 value", "2 values")."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _values(values: Sequence[float]) -> str:
     return "[" + ", ".join(f"{v:g}" for v in values) + "]"
 
@@ -35,15 +40,15 @@ def policy_lines(path: Path) -> list[str]:
     from opolo_ros.export.onnx_policy import REQUIRED_KEYS, load_policy
 
     meta = load_policy(path).metadata
-    inputs = f"{meta.obs_dim} values"
+    inputs = _count(meta.obs_dim, "value")
     if meta.time_feature:
         inputs += (f" (the last is the time feature 1 - t/T: deploy with time_feature_clock:=T, the "
-                   f"training episode length, and {meta.obs_dim - 1} observation values)")
+                   f"training episode length, and {_count(meta.obs_dim - 1, 'observation value')})")
     lines = [f"ONNX policy {path}",
              f"  trained on: {meta.env_id} (step {meta.training_step}, version {meta.version}, "
              f"{meta.source})",
              f"  input 'obs': {inputs}",
-             f"  output 'action': {meta.act_dim} values within low {_values(meta.action_low)}, "
+             f"  output 'action': {_count(meta.act_dim, 'value')} within low {_values(meta.action_low)}, "
              f"high {_values(meta.action_high)}"]
     extra = {k: v for k, v in meta.extra.items() if k not in REQUIRED_KEYS and k != "time_feature"}
     lines += [f"  {key}: {value}" for key, value in sorted(extra.items())]
@@ -61,9 +66,9 @@ def mjcf_lines(path: Path) -> list[str]:
     actuators = [mujoco.mj_id2name(env.model, mujoco.mjtObj.mjOBJ_ACTUATOR, a) or f"actuator{a}"
                  for a in range(env.model.nu)]
     lines = [f"MJCF model {path}",
-             f"  observation: {2 * len(names)} values: the positions of {', '.join(names)}, then their "
-             "velocities",
-             f"  action: {len(actuators)} values: "
+             f"  observation: {_count(2 * len(names), 'value')}: the positions of {', '.join(names)}, "
+             "then their velocities",
+             f"  action: {_count(len(actuators), 'value')}: "
              + ", ".join(f"{a} [{lo:g}, {hi:g}]" for a, lo, hi in zip(actuators, low, high)),
              f"  control period: {env.dt:g} s ({1 / env.dt:g} Hz)",
              f"  JointState demonstrations / deploy: demos_joints:={','.join(names)} / "
@@ -80,7 +85,7 @@ def _episode_lines(episodes: list[Episode]) -> list[str]:
     said = (f"returns {', '.join(f'{r:.1f}' for r in returns)}" if known.size == returns.size
             else "returns unknown" if not known.size
             else f"returns {known.size} known, mean {known.mean():.1f}")
-    return [f"  demonstrations: {len(episodes)} episodes of obs_dim {episodes[0].obs.shape[1]}, "
+    return [f"  demonstrations: {_count(len(episodes), 'episode')} of obs_dim {episodes[0].obs.shape[1]}, "
             f"{sum(lengths) - len(lengths)} transitions (states per episode: "
             f"{', '.join(map(str, lengths[:20]))}{', ...' if len(lengths) > 20 else ''}); {said}"]
 

@@ -398,3 +398,7 @@ def test_the_score_line_of_demonstrations_without_returns():
     assert score_line(float("nan"), float("nan"), 7.5) == \
         "normalised score: n/a (the demonstrations carry no expert return; random 7.5)"
     assert score_line(0.5, 100.0, 0.0) == "normalised score: 0.500 (expert 100.0, random 0.0)"
+    from opolo_ros.sim.envs import eval_line
+
+    assert eval_line(5000, 12.0, 1.5, float("nan")) == "step 5000: eval return 12.0 +- 1.5 (normalised n/a)"
+    assert eval_line(5000, 12.0, 1.5, 0.25) == "step 5000: eval return 12.0 +- 1.5 (normalised 0.250)"

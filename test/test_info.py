@@ -33,7 +33,7 @@ def test_an_mjcf_model_lists_the_joints_actuators_and_control_period(capsys, tmp
     xml.write_text((Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text())
     out = info(capsys, str(xml))
     assert "observation: 4 values: the positions of slider, hinge, then their velocities" in out
-    assert "action: 1 values: slide [-3, 3]" in out
+    assert "action: 1 value: slide [-3, 3]" in out
     assert "control period: 0.02 s (50 Hz)" in out
     assert "demos_joints:=slider,hinge / joints:=slider,hinge" in out
 
@@ -60,7 +60,7 @@ def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> No
     out = info(capsys, str(two))
     assert "/a [std_msgs/msg/Float32MultiArray]: 3 messages" in out
     assert "demonstrations: none read (" in out and "several observation topics" in out
-    assert "demonstrations: 1 episodes of obs_dim 2, 3 transitions" in info(capsys, str(two), "--topic", "/b")
+    assert "demonstrations: 1 episode of obs_dim 2, 3 transitions" in info(capsys, str(two), "--topic", "/b")
 
 
 def test_what_is_not_there_or_no_known_file_is_one_line_and_status_2(capsys, tmp_path) -> None:

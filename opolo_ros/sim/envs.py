@@ -183,6 +183,13 @@ def score_line(normalised: float, expert_ret: float, random_ret: float) -> str:
     return f"normalised score: {normalised:.3f} (expert {expert_ret:.1f}, random {random_ret:.1f})"
 
 
+def eval_line(step: int, mean: float, std: float, normalised: float) -> str:
+    """One evaluation's progress line (the normalised score n/a, as in :func:`score_line`, without an
+    expert return)."""
+    norm = "n/a" if math.isnan(normalised) else f"{normalised:.3f}"
+    return f"step {step}: eval return {mean:.1f} +- {std:.1f} (normalised {norm})"
+
+
 def get_env_state(env: gym.Env) -> dict:
     """Physics and wrapper state of a MuJoCo env, so a resumed run continues the same episode."""
     base = env.unwrapped

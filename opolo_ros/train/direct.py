@@ -34,6 +34,7 @@ from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
     EvaluationInterrupted,
     add_time_feature,
+    eval_line,
     evaluate,
     get_env_state,
     make_env,
@@ -521,7 +522,7 @@ class DirectTrainer:
         logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,
                            "normalised": norm, "wall_s": self.wall_offset + self._elapsed()})
         if bar is not None:
-            bar.write(f"step {self.step}: eval return {mean:.1f} +- {std:.1f} (normalised {norm:.3f})")
+            bar.write(eval_line(self.step, mean, std, norm))
         self.best_return = note_evaluation(mean, self.best_return, self.cfg, self.step,
                                            lambda: self.export(self.run_dir / "policy_best.onnx"), tqdm.write)
         self._last_eval, self._last_eval_step = (mean, std), self.step

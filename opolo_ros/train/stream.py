@@ -37,7 +37,13 @@ from opolo_ros.data.journal import JournalRecord, ReplayJournal, read_records
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
-from opolo_ros.sim.envs import EvaluationInterrupted, evaluate, normalised_score, random_policy_return
+from opolo_ros.sim.envs import (
+    EvaluationInterrupted,
+    eval_line,
+    evaluate,
+    normalised_score,
+    random_policy_return,
+)
 from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import control_period, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
@@ -480,7 +486,7 @@ class StreamTrainer:
         self.logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
         self.logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,
                                 "normalised": norm, "wall_s": self._elapsed()})
-        line = f"step {self.step}: eval return {mean:.1f} +- {std:.1f} (normalised {norm:.3f})"
+        line = eval_line(self.step, mean, std, norm)
         if self._bar is not None:
             self._bar.write(line)
         else:
