@@ -410,6 +410,57 @@ def test_a_publisher_of_another_type_that_starts_after_the_actor_is_named(tmp_pa
     assert "set joints" in err and actor.safe_commands > 0
 
 
+CART_POLE_XML = """<mujoco>
+  <worldbody>
+    <body name="cart">
+      <joint name="slider" type="slide" axis="1 0 0"/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1"/>
+      <body name="pole">
+        <joint name="hinge" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0 0 0.5" size="0.02" mass="0.1"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator><motor joint="slider" ctrllimited="true" ctrlrange="-1 1"/></actuator>
+</mujoco>
+"""
+
+
+def test_joints_in_another_order_than_the_mjcf_policys_are_refused(tmp_path, ros_domain_id):
+    """A deploy with `joints:=hinge,slider` fed a slider,hinge policy swapped inputs without a word
+    (training refuses that order; the ONNX file did not say its joints). An MJCF policy's metadata
+    now names them, and the actor refuses the same names in another order, at start and on a swap."""
+    from test_nodes import Linear
+
+    from opolo_ros.algo.config import RunConfig
+    from opolo_ros.export.onnx_policy import export_policy, load_policy
+    from opolo_ros.nodes.common import ParameterError
+    from opolo_ros.train.direct import policy_metadata
+
+    robot = tmp_path / "cart.xml"
+    robot.write_text(CART_POLE_XML)
+    meta = policy_metadata(RunConfig(env_id=str(robot)), training_step=1, version=1, trainer="test",
+                           control_period_s=None)
+    assert meta["joint_names"] == "slider,hinge"
+    model = export_policy(Linear([0.0] * 4), tmp_path / "cart.onnx", action_low=-1.0, action_high=1.0,
+                          metadata=meta)
+    assert load_policy(model).metadata.joint_names == ("slider", "hinge")
+    params = {"mode": "deploy", "model": str(model), "subscribe_policy": False}
+    with GraphRunner([NodeSpec("actor", "actor", parameters={**params, "joints": ["slider", "hinge"]})],
+                     ros_domain_id) as graph:
+        actor = graph.nodes["actor"]
+        swapped = tmp_path / "swapped.onnx"  # the same policy, its joints said the other way round
+        export_policy(Linear([0.0] * 4), swapped, action_low=-1.0, action_high=1.0,
+                      metadata={**meta, "joint_names": "hinge,slider", "version": 2})
+        actor.request_load(str(swapped))
+        assert graph.spin_until(lambda: actor.rejected == 1, timeout_s=10.0)
+        assert actor.current.metadata.joint_names == ("slider", "hinge")
+    with pytest.raises(ParameterError, match=r"joints hinge,slider name the joints of the policy .* in "
+                                             r"another order than its observation's, slider,hinge"):
+        GraphRunner([NodeSpec("actor", "actor", parameters={**params, "joints": ["hinge", "slider"]})],
+                    ros_domain_id)
+
+
 def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, ros_domain_id, capfd):
     """An MJCF arm trained at 100 Hz was commanded at the deploy launch's 50 Hz, and half its steps
     found no new command (a walkthrough). The start-up line says the command rate; a fixed rate more

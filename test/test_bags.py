@@ -373,8 +373,8 @@ def test_error_topic_missing_lists_topics(tmp_path: Path) -> None:
 def test_error_wrong_message_type(tmp_path: Path) -> None:
     msgs = [(SEC, TS.types["std_msgs/msg/String"](data="x"))]
     bag = _write_stream(tmp_path / "s", {"/text": ("std_msgs/msg/String", msgs)})
-    with pytest.raises(ValueError, match=r"no demonstration or observation topic \(the types read: .* a stream "
-                                         r"of Float32MultiArray, Float64MultiArray, JointState\).*/text"):
+    read = r"\(the types read: .* a stream of Float32MultiArray, Float64MultiArray, JointState\)"
+    with pytest.raises(ValueError, match=rf"no demonstration or observation topic {read}.*/text"):
         read_demonstrations(bag)
     with pytest.raises(ValueError, match="has type std_msgs/msg/String"):
         read_demonstrations(bag, topic="/text")

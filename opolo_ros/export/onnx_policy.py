@@ -42,6 +42,7 @@ REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "t
 # Optional: seconds of simulated time per training env step (the env's dt). Models exported before it
 # existed, the shipped experts among them, lack it.
 CONTROL_PERIOD_KEY = "control_period_s"
+JOINT_NAMES_KEY = "joint_names"  # an MJCF robot's observed joints, comma-separated, in the policy's order
 # ORT and PyTorch use different kernels (GEMM blocking, tanh approximation). The exported graph is
 # checked against the exact (float64) evaluation of the PyTorch policy: on each verification input
 # it may be off by VERIFY_TOL plus ROUNDING_FACTOR times PyTorch's own float32 error on that input.
@@ -92,6 +93,13 @@ class PolicyMetadata:
     def time_feature(self) -> bool:
         """Whether the policy expects the time feature 1 - t/T as its last input."""
         return str(self.extra.get("time_feature", "0")).strip().lower() in ("1", "true", "yes")
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        """An MJCF robot's observed joints in the policy's order (positions, then velocities); ()
+        when the model does not say (a Gymnasium task, or exported before the key existed)."""
+        value = str(self.extra.get(JOINT_NAMES_KEY, "")).strip()
+        return tuple(name.strip() for name in value.split(",")) if value else ()
 
     @property
     def control_period_s(self) -> float | None:

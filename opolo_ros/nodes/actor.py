@@ -389,7 +389,8 @@ class Actor(FinishableNode):
     def _input_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
         """Why this actor cannot run the model, or None when it can: a model of another task than
         parameter `task` (or the running policy's), a clock for a model trained without the time
-        feature, or a JointState spec of the wrong size (it must give all ``obs_dim`` inputs, the
+        feature, a JointState spec naming an MJCF policy's joints in another order than its
+        metadata's ``joint_names``, or a JointState spec of the wrong size (it must give all ``obs_dim`` inputs, the
         time feature included, unless the clock adds that)."""
         reference = self.current or (self._staged[-1] if self._staged else None)
         task = self.task or (reference.metadata.env_id if reference else None)
@@ -401,6 +402,10 @@ class Actor(FinishableNode):
             return (f"time_feature_clock is {self.clock_steps}, but the policy {origin} was trained "
                     "without the time feature: set time_feature_clock to 0")
         spec = self._spec
+        names = meta.joint_names
+        if spec is not None and names and sorted(spec.joints) == sorted(names) and spec.joints != names:
+            return (f"joints {','.join(spec.joints)} name the joints of the policy {origin} in another order "
+                    f"than its observation's, {','.join(names)}: give joints in the policy's order")
         if spec is None or spec.obs_dim + self._extra == meta.obs_dim:
             return None
         text = (f"joints x joint_fields give {spec.describe_size()}"

@@ -9,6 +9,7 @@ time limit. Either way :func:`joint_layout` names the joints for ``/joint_states
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import gymnasium as gym
@@ -117,6 +118,18 @@ def joint_layout_of_model(model) -> JointLayout:
             qpos.append(model.jnt_qposadr[j])
             qvel.append(model.jnt_dofadr[j])
     return names, np.asarray(qpos, dtype=np.intp), np.asarray(qvel, dtype=np.intp)
+
+
+@functools.cache
+def mjcf_joint_names(path: str) -> tuple[str, ...]:
+    """The observed (hinge, slide) joints of the MJCF model at `path`, in its observation's order;
+    () when the file cannot be read here (a policy exported away from its model)."""
+    import mujoco
+
+    try:
+        return tuple(joint_layout_of_model(mujoco.MjModel.from_xml_path(str(path)))[0])
+    except (ValueError, OSError):
+        return ()
 
 
 def model_joints(model) -> list[tuple[int, str, bool]]:

@@ -28,7 +28,7 @@ from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes
 from opolo_ros.data.replay import ReplayBuffer
-from opolo_ros.export.onnx_policy import export_policy_or_warn
+from opolo_ros.export.onnx_policy import JOINT_NAMES_KEY, export_policy_or_warn
 from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
@@ -42,7 +42,8 @@ from opolo_ros.sim.envs import (
     random_policy_return,
     set_env_state,
 )
-from opolo_ros.sim.tasks import control_period, task_control_period
+from opolo_ros.sim.task_ids import is_mjcf
+from opolo_ros.sim.tasks import control_period, mjcf_joint_names, task_control_period
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
@@ -146,6 +147,8 @@ def policy_metadata(cfg: RunConfig, *, training_step: int, version: int, trainer
                                "time_feature": int(cfg.time_feature)}
     if control_period_s is not None:  # 12 digits: 0.002 * 5 is 0.01, not 0.010000000000000002
         meta["control_period_s"] = float(f"{control_period_s:.12g}")
+    if is_mjcf(cfg.env_id) and (names := mjcf_joint_names(cfg.env_id)):  # a deploy actor checks its joints
+        meta[JOINT_NAMES_KEY] = ",".join(names)
     return meta
 
 
