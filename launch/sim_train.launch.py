@@ -168,7 +168,7 @@ def describe(args: dict) -> list:
     for player_key, key in PLAYER_KEYS.items():
         if key not in overrides and key not in learner_file and player_file.get(player_key) not in (None, ""):
             overrides[key] = player_file[player_key]
-    base = run_config(params_file, overrides)  # RunConfig's own default env is DEFAULT_ENV
+    base = run_config(params_file, overrides, ns)  # RunConfig's own default env is DEFAULT_ENV
     env = base.env_id
     if is_mjcf(env):  # absolute: the run's record names the file, wherever it is resumed from
         env = overrides["env_id"] = str(Path(env).resolve())
@@ -177,7 +177,7 @@ def describe(args: dict) -> list:
         # No task file names one (every robot model shared runs/default-graph), or env:= runs another
         # task than the file's, whose run folder is that task's (a walkthrough's robot went into the
         # pendulum's folder): the task's own folder.
-        other_task = bool(args["env"]) and not same_task(run_config(params_file).env_id, env)
+        other_task = bool(args["env"]) and not same_task(run_config(params_file, None, ns).env_id, env)
         if other_task or (is_mjcf(env) and run_dir == RunConfig().run_dir):
             run_dir = f"runs/opolo/{Path(env).stem if is_mjcf(env) else env}"
         overrides["run_dir"] = run_dir.rstrip("/") + "-graph"
@@ -191,7 +191,7 @@ def describe(args: dict) -> list:
     joints_hint = ""
     if is_mjcf(env):
         joints_hint = _mjcf_joints(env, overrides, learner_file)
-    cfg = run_config(params_file, overrides)
+    cfg = run_config(params_file, overrides, ns)
     try:  # another task's demonstrations: an error now, not a learner waiting forever
         check_demonstrations(cfg)
     except ValueError as err:

@@ -235,7 +235,8 @@ def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str
         if skipped:
             print(f"{env_id}: skipped {len(skipped)} episode(s) that ended by termination (seeds {skipped})")
     returns = np.array([ep.ret for ep in episodes])
-    path = write_demonstrations(output, episodes, storage=args.storage, metadata=metadata)
+    with signals.hold_signals():  # a Ctrl-C now must not cost the recorded episodes
+        path = write_demonstrations(output, episodes, storage=args.storage, metadata=metadata)
     print(f"{env_id}: {len(episodes)} expert episodes, return {returns.mean():.1f} +- {returns.std():.1f} "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), "
           f"{sum(len(ep.obs) - 1 for ep in episodes)} transitions")

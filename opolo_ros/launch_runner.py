@@ -168,19 +168,26 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
                              f"{section}'), the file `opolo-ros train --config` takes; a launch or a "
                              "node program needs a ROS 2 parameter file (<node or /**>: {ros__parameters: "
                              "{...}}, e.g. config/inverted_pendulum.yaml)")
+        if str(key) == "ros__parameters":
+            raise ValueError(f"parameter file {path}: 'ros__parameters' at the top level: a node name "
+                             "(or /**) must come before it, <node>: {ros__parameters: {name: value}}")
         _read_section(path, str(key), section, out)
     return out
 
 
-def _read_section(path: Path, key: str, section: Any, out: dict[str, Any]) -> None:
+def _read_section(path: Path, key: str, section: Any, out: dict[str, Any],
+                  inside: tuple[int, ...] = ()) -> None:
     """One node's (or namespace's) section into `out`, as rcl reads it: ``ros__parameters`` holds the
     parameters, any other key names a node or namespace below (``robot1: {actor: {ros__parameters:
     ...}}`` is ``robot1/actor``). What rcl refuses is an error here too, never silently skipped: a
-    value outside ``ros__parameters`` (a misspelt ``ros__parameters`` above all)."""
+    value outside ``ros__parameters`` (a misspelt ``ros__parameters`` above all). `inside`: the
+    sections above (a YAML alias may make a section hold itself)."""
     if not isinstance(section, Mapping):
         raise ValueError(f"parameter file {path}: '{key}' is {short_repr(section)}, outside any "
                          "'ros__parameters' (rcl refuses the file): a node's section is "
                          "<node>: {ros__parameters: {name: value}}")
+    if id(section) in inside:
+        raise ValueError(f"parameter file {path}: section '{key}' holds itself (a YAML alias)")
     for name, value in section.items():
         name = str(name)
         if name == "ros__parameters":
@@ -195,9 +202,9 @@ def _read_section(path: Path, key: str, section: Any, out: dict[str, Any]) -> No
             out[key] = value or {}
         elif difflib.get_close_matches(name, ["ros__parameters"], n=1, cutoff=0.75):
             raise ValueError(f"parameter file {path}: section '{key}' holds '{name}', not 'ros__parameters' "
-                             "(rcl refuses the file; its parameters would reach no node)")
+                             "(two underscores; its parameters would reach no node)")
         else:
-            _read_section(path, f"{key}/{name}", value, out)
+            _read_section(path, f"{key}/{name}", value, out, (*inside, id(section)))
 
 
 @functools.cache
@@ -244,6 +251,13 @@ def own_sections(name: str, namespace: str = "") -> list[str]:
     return keys
 
 
+def wildcard_match(key: str, fqn: str) -> bool:
+    """Whether section `key` of a parameter file names node `fqn` (``/ns/name``) as rcl's wildcards
+    do: ``/*`` one name token, ``/**`` any number of them (``/robot1/**``, ``/*/actor``, ``/**``)."""
+    pattern = re.escape("/" + key.strip("/")).replace(r"/\*\*", r"(/\w+)*").replace(r"/\*", r"(/\w+)")
+    return re.fullmatch(pattern, fqn) is not None
+
+
 def node_parameters(params_file: str | Path | None, name: str, namespace: str = "",
                     executable: str | None = None, package_wide: bool = False) -> dict[str, Any]:
     """The flat (dotted) parameters a file gives node `name` in `namespace` (see module docstring).
@@ -258,14 +272,17 @@ def node_parameters(params_file: str | Path | None, name: str, namespace: str = 
     if not params_file:
         return {}
     sections = read_params_file(params_file)
-    keys = ["/**", *own_sections(name, namespace)]
+    own = own_sections(name, namespace)
+    fqn = "/".join(["", *namespace.strip("/").split("/"), name]) if namespace.strip("/") else f"/{name}"
+    wildcards = [k for k in sections if "*" in k and k != "/**" and k not in own and wildcard_match(k, fqn)]
+    keys = ["/**", *wildcards, *own]
     executable = executable or name
     merged: dict[str, Any] = {}
     for key in keys:
         if key in sections:
             flat = flatten(sections[key])
             where = f"parameter file {params_file}, section '{key}'"
-            if key == "/**" or package_wide:
+            if key == "/**" or key in wildcards or package_wide:
                 check_parameter_names(flat, package_parameter_names(), where, "any opolo_ros node")
             elif executable in NODE_CLASSES:
                 check_parameter_names(flat, declared_parameters(executable), where, f"the {executable} node")
@@ -273,11 +290,31 @@ def node_parameters(params_file: str | Path | None, name: str, namespace: str = 
     return merged
 
 
-def run_config(params_file: str | Path | None, overrides: Mapping[str, Any] | None = None):
-    """The learner's run config from a parameter file plus overrides (as the learner will see it)."""
-    from opolo_ros.algo.config import load_run_config
+def run_config(params_file: str | Path | None, overrides: Mapping[str, Any] | None = None,
+               namespace: str = ""):
+    """The learner's run config from a parameter file plus overrides (as the learner will see it):
+    the run-config keys of every section that reaches the learner in `namespace`
+    (:func:`node_parameters`)."""
+    import dataclasses
 
-    return load_run_config(params_file or None, overrides, package_parameter_names())
+    from opolo_ros.algo.config import (
+        RunConfig,
+        check_run_config,
+        load_run_config,
+        unflatten,
+        update_dataclass,
+    )
+
+    if not params_file:
+        return load_run_config(None, overrides, package_parameter_names())
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    flat = node_parameters(params_file, "learner", namespace)
+    section = unflatten({k: v for k, v in flat.items() if k.split(".")[0] in known})
+    cfg = update_dataclass(RunConfig(), section)
+    if overrides:
+        cfg = update_dataclass(cfg, overrides)
+    check_run_config(cfg)
+    return cfg
 
 
 def parse_arguments(items: Sequence[str]) -> dict[str, str]:

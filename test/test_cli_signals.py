@@ -276,6 +276,27 @@ def test_an_interrupted_record_keeps_the_episodes_that_had_ended(tmp_path, skip_
     assert read_bag_metadata(bag)["interrupted"] == "2 of 20 episodes recorded"
 
 
+def test_a_signal_while_record_writes_its_bag_does_not_lose_it(tmp_path) -> None:
+    """A Ctrl-C that came as `opolo-ros record` wrote its bag broke the write off (the partial bag
+    deleted): every episode lost. The write holds signals now; the command ends normally."""
+    bag = tmp_path / "bag"
+    code = ("import os, signal\n"
+            "from opolo_ros import cli\n"
+            "from opolo_ros.data import bags\n"
+            "write = bags.write_demonstrations\n"
+            "def interrupted_write(*args, **kwargs):\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return write(*args, **kwargs)\n"
+            "bags.write_demonstrations = interrupted_write\n"
+            f"raise SystemExit(cli.main(['record', '--model', {str(EXPERT)!r}, '--episodes', '2', "
+            f"'--output', {str(bag)!r}]))\n")
+    result = _run_in_subprocess(code)
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    from opolo_ros.data.demos import load_episodes
+
+    assert len(load_episodes(bag)) == 2
+
+
 def test_a_swallowed_interrupt_stops_the_launch_graph_at_once(tmp_path, ros_domain_id) -> None:
     """`opolo-ros launch` ran its whole graph (a training) after an interrupt that `describe` (its
     `import mujoco`) swallowed, and only then exited 130. Here the graph is a recorder that would

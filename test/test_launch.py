@@ -233,6 +233,50 @@ def test_nested_namespace_sections_reach_the_namespaced_node(tmp_path, top):
     assert lr.read_params_file(path)[top] == {"rate_hz": 5.0}  # the section of a node named robot1
 
 
+@pytest.mark.parametrize("key,reaches", [
+    ("/*/actor", True), ("/robot1/**", True), ("/robot1/*", True), ("/*/*", True), ("robot1/*", True),
+    ("/**/robot1/actor", True), ("/*", False), ("/robot2/**", False), ("/*/learner", False),
+])
+def test_wildcard_sections_reach_the_nodes_rcl_gives_them_to(tmp_path, key, reaches):
+    """rcl applies `/robot1/**`, `/*/actor` and the like (checked against rclpy: a node /robot1/actor
+    declaring the parameter); the launch dropped them, a deploy's safety settings with them."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({key: {"ros__parameters": {"max_action_rate": 2.0}},
+                                    "/robot1/actor": {"ros__parameters": {"rate_hz": 5.0}}}))
+    expected = {"max_action_rate": 2.0, "rate_hz": 5.0} if reaches else {"rate_hz": 5.0}
+    assert lr.node_parameters(path, "actor", "robot1") == expected
+    path.write_text(yaml.safe_dump({key: {"ros__parameters": {"max_action_rat": 2.0}}}))
+    if reaches:  # a wildcard section may reach any node: its keys are checked as /**'s are
+        with pytest.raises(ValueError, match="max_action_rat"):
+            lr.node_parameters(path, "actor", "robot1")
+
+
+def test_a_namespaced_learner_section_sets_the_launchs_run_config(tmp_path):
+    """sim_train's learner took `robot1: {learner: ...}`'s node keys but the run config's defaults over
+    its run-config keys (gamma 0.99 where the file said 0.9); a file with only that section was read
+    as a plain run config and refused."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"robot1": {"learner": {"ros__parameters": {
+        "env_id": "InvertedPendulum-v5", "total_steps": 1234, "td3": {"gamma": 0.9}}}}}))
+    assert lr.run_config(path, namespace="robot1").total_steps == 1234
+    assert lr.run_config(path).total_steps != 1234  # not the learner outside robot1
+    _, _, specs = lr.describe_launch("sim_train", [f"params_file:={path}", "namespace:=robot1",
+                                                   f"run_dir:={tmp_path / 'run'}"])
+    learner = next(spec for spec in specs if spec.name == "learner")
+    assert learner.parameters["total_steps"] == 1234 and learner.parameters["td3.gamma"] == 0.9
+
+
+@pytest.mark.parametrize("text,match", [
+    ("actor: &a\n  sub: *a\n", "section 'actor/sub' holds itself"),
+    ("ros__parameters:\n  seed: 3\n", "'ros__parameters' at the top level"),
+])
+def test_parameter_files_of_odd_shapes_are_one_line_errors(tmp_path, text, match):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        lr.read_params_file(path)
+
+
 @pytest.mark.parametrize("section,match", [
     ({"actor": {"ros_parameters": {"joints": ["hinge"]}}}, "section 'actor' holds 'ros_parameters', not "
                                                            "'ros__parameters'"),

@@ -150,6 +150,30 @@ def test_a_recorder_stopped_early_writes_the_episodes_that_had_ended(tmp_path, r
     assert read_bag_metadata(tmp_path / "bag")["interrupted"] == "2 of 3 episodes recorded"
 
 
+def test_a_recorder_whose_bag_cannot_be_written_does_not_write_again_on_close(tmp_path, ros_domain_id,
+                                                                            ros_node):
+    """The write after the last episode failed (its error ends the node); close() then wrote again,
+    calling the recording cut short, and its second error escaped run_node's clean-up."""
+    folder = tmp_path / "sub"
+    spec = NodeSpec("demo_recorder", "demo_recorder",
+                    parameters={"output": str(folder / "bag"), "episodes": 1})
+    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
+    episode = m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:], np.ones(3), np.zeros(3),
+                              np.array([0.0, 0.0, 1.0]), seq=0, source=7)
+    with GraphRunner([spec], ros_domain_id) as graph:
+        node, executor = ros_node("replay_source")
+        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+        recorder = graph.nodes["demo_recorder"]
+        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder), 10.0)
+        folder.rmdir()
+        folder.write_text("not a folder")  # the bag cannot be created in it
+        pub.publish(episode)
+        with pytest.raises(Exception, match="bag"):  # the write's own error, out of the callback
+            spin_until([executor, graph.executor], lambda: False, timeout_sec=10.0)
+        recorder.close()  # nothing more: no second write
+        assert recorder.bag is None and len(recorder.episodes) == 1
+
+
 def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domain_id, ros_node):
     """A void replay step (the bridge's sim blew up) ends no demonstration: that episode is dropped."""
     obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # states s0..s5; the sim resets to s3

@@ -390,8 +390,8 @@ class Actor(FinishableNode):
         """Why this actor cannot run the model, or None when it can: a model of another task than
         parameter `task` (or the running policy's), a clock for a model trained without the time
         feature, a JointState spec naming an MJCF policy's joints in another order than its
-        metadata's ``joint_names``, or a JointState spec of the wrong size (it must give all ``obs_dim`` inputs, the
-        time feature included, unless the clock adds that)."""
+        metadata's ``joint_names``, or a JointState spec of the wrong size (it must give all
+        ``obs_dim`` inputs, the time feature included, unless the clock adds that)."""
         reference = self.current or (self._staged[-1] if self._staged else None)
         task = self.task or (reference.metadata.env_id if reference else None)
         if task not in (None, *ANY_TASK) and not same_task_name(meta.env_id, task):
@@ -676,8 +676,9 @@ class Actor(FinishableNode):
                 self._stale_note = note
                 self.get_logger().warning("still no valid observation: safe command" + (note or
                                           f" ({self._observation_topic} is published with the type this "
-                                          "actor reads, yet nothing valid arrives: a QoS the actor's does "
-                                          "not match, or observations rejected)"))
+                                          "actor reads, yet nothing valid arrives: it has not published yet, "
+                                          "its QoS does not match the actor's, or its observations are "
+                                          "rejected)"))
         self._safe_into(command, now)
         self._send(command, None)
         self.safe_commands += 1

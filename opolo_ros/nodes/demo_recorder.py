@@ -93,6 +93,7 @@ class DemoRecorder(FinishableNode):
         self.episodes: list[Episode] = []
         self.rejected = 0  # replay messages that did not decode
         self.bag: Path | None = None
+        self._write_tried = False
         self._source: int | None = None
         self._states: list[np.ndarray] = []
         self._return = 0.0
@@ -164,8 +165,8 @@ class DemoRecorder(FinishableNode):
     def close(self) -> None:
         """Stopped (SIGINT, SIGTERM, the launch ending) before all its episodes came: the episodes that
         had ended go into the bag, whose metadata says the recording was cut short."""
-        if self.bag is not None or self.error is not None:
-            return
+        if self.bag is not None or self.error is not None or self._write_tried:  # (a failed write: its
+            return  # error ends the node already; no second try that would call it cut short)
         if not self.episodes:
             self.get_logger().warning(f"stopped before the first episode ended: {self.output} not written")
             return
@@ -175,6 +176,7 @@ class DemoRecorder(FinishableNode):
     def _write(self, interrupted: bool = False) -> None:
         from opolo_ros.data.bags import write_demonstrations
 
+        self._write_tried = True
         metadata: dict[str, Any] = {"source": "opolo_ros demo_recorder"}
         if interrupted:
             metadata["interrupted"] = f"{len(self.episodes)} of {self.target} episodes recorded"
