@@ -88,6 +88,7 @@ POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
 EPISODE_RETURN_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MODES = ("lockstep", "realtime")
 MIN_TIMEOUT_S = 1e-3  # a shorter one makes its timer a busy loop (re-sends every few microseconds)
+DISCOVERY_GRACE_S = 3.0  # no flow control: how long a learner's progress publisher may lag its replay reader
 WAIT_NOTE_AFTER_S = 5.0  # a bridge still waiting for its replay subscribers says why after this
 TAGS_KEPT = 1000  # realtime: published observations a command can still be matched to
 
@@ -380,13 +381,14 @@ class SimBridge(FinishableNode):
         """Whether the graph is up: replay subscribers and (with flow control) the learner.
 
         Without flow control a learner is not waited for, but one that is there (its progress
-        publisher matched) is heard first, for up to ``learner_wait_s`` from the bridge's start (a
-        resumed learner announces itself once its checkpoint is loaded and its replay journal
-        consumed): its acknowledgement gives a restarted bridge its counts. Else the new batch 0,
-        bit-identical to the first one for the same seed, was taken for a re-send and every batch
-        up to the old count dropped. (Batches of the old bridge still queued in the learner take
-        the place of the new bridge's first ones with the same ``seq``: the counts agree, those
-        few transitions are the old run's.)"""
+        publisher matched; while only its replay subscriber is, for up to ``DISCOVERY_GRACE_S``) is
+        heard first, for up to ``learner_wait_s`` from the bridge's start (a resumed learner
+        announces itself once its checkpoint is loaded and its replay journal consumed): its
+        acknowledgement gives a restarted bridge its counts. Else the new batch 0, bit-identical to
+        the first one for the same seed, was taken for a re-send and every batch up to the old count
+        dropped. (Batches of the old bridge still queued in the learner take the place of the new
+        bridge's first ones with the same ``seq``: the counts agree, those few transitions are the
+        old run's.)"""
         if self.wait_for_controller and not self._controller_matched():
             self._note_waiting("waiting for a controller (wait_for_controller): a publisher on "
                                f"{self.action_sub.topic_name} and a subscriber of the state")
@@ -401,8 +403,16 @@ class SimBridge(FinishableNode):
             return True
         if self.flow_control:
             return False
-        return not (self.progress_sub is not None and self.progress_sub.get_publisher_count() > 0
-                    and time.monotonic() - self._created < self.learner_wait)
+        if self.progress_sub is None:
+            return True
+        waited = time.monotonic() - self._created
+        if self.progress_sub.get_publisher_count() > 0:
+            return waited >= self.learner_wait
+        # A replay subscriber (a learner, most likely) whose progress publisher is not discovered yet:
+        # DDS discovers each endpoint on its own, and a restarted bridge that started before hearing
+        # the learner counted anew, its batches dropped as re-sends (seen on a loaded machine).
+        subscribed = pub is not None and pub.get_subscription_count() > 0
+        return not subscribed or waited >= min(self.learner_wait, DISCOVERY_GRACE_S)
 
     def _note_waiting(self, text: str) -> None:
         """Why the bridge has not started, once it has waited WAIT_NOTE_AFTER_S (then throttled)."""
