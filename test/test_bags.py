@@ -719,3 +719,63 @@ def test_joints_for_an_array_topic_are_refused_not_ignored(tmp_path: Path) -> No
     assert len(read_demonstrations(demos, joints=["shoulder", "elbow"])) == len(_episodes())
     assert bags.demonstration_type(bag) == F32 and bags.demonstration_type(bag, "obs") == F32
     assert bags.demonstration_type(tmp_path / "x.npz") is None
+
+
+def test_committed_messages_in_a_write_ahead_log_are_read(tmp_path: Path) -> None:
+    """A sqlite3 bag recorded in WAL mode (rosbag2's `resilient` preset) whose writer was killed holds
+    committed messages in <file>.db3-wal only; rosbags reads storage files immutable and left them
+    out without a word. They are moved into the storage file and read."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    obs = np.arange(16, dtype=np.float32).reshape(8, 2)
+    bag = _write_stream(tmp_path / "wal", {"/x": (F32, _stream(obs[:3]))}, storage="sqlite3")
+    db = next(bag.glob("*.db3"))
+    later = [(ts, TS.serialize_cdr(msg, F32).tobytes()) for ts, msg in _stream(obs)[3:]]
+    writer = (  # a recorder in WAL mode that commits 5 more messages, then dies (SIGKILL)
+        "import os, sqlite3, sys\n"
+        f"conn = sqlite3.connect({str(db)!r})\n"
+        "conn.execute('PRAGMA journal_mode=WAL')\n"
+        "conn.execute('PRAGMA wal_autocheckpoint=0')\n"
+        f"for ts, data in {later!r}:\n"
+        "    conn.execute('INSERT INTO messages (topic_id, timestamp, data) VALUES (1, ?, ?)', (ts, data))\n"
+        "    conn.commit()\n"
+        "os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", writer], check=False)
+    assert Path(f"{db}-wal").stat().st_size > 0
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 8
+    for path in (db, bag):
+        (episode,) = read_demonstrations(path)
+        np.testing.assert_array_equal(episode.obs, obs)
+
+
+def test_a_folder_whose_sub_folders_hold_bags_of_their_own_is_an_error(tmp_path: Path) -> None:
+    """bags/run_0 plus bags/day2/{run_1, run_2}: only run_0 was read, without a word."""
+    root = tmp_path / "bags"
+    for name in ("run_0", "day2/run_1", "day2/run_2"):
+        write_demonstrations(root / name, _episodes(lengths=(3,)))
+    with pytest.raises(ValueError, match=r"sub-folders holding bags of their own \['day2'\]"):
+        read_demonstrations(root)
+    with pytest.raises(ValueError, match=r"no bag of its own, one level down: sub-folders holding bags of "
+                                         r"their own \['bags'\]"):
+        read_demonstrations(tmp_path)  # bags two levels down: said too
+    assert len(read_demonstrations(root / "day2")) == 2
+
+
+def test_the_digests_are_checked_on_the_topic_the_bag_was_written_on(tmp_path: Path) -> None:
+    """write_demonstrations(topic=...) wrote digests of that topic's messages, but the reader checked
+    them only on /opolo/demonstrations: a corrupt value on another topic was read as data."""
+    bag = write_demonstrations(tmp_path / "mine", _episodes(lengths=(3, 4)), topic="/my_demos",
+                               storage="sqlite3")
+    db = next(bag.glob("*.db3"))
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        rowid, data = conn.execute("SELECT id, data FROM messages ORDER BY id LIMIT 1").fetchone()
+        flipped = bytearray(data)
+        flipped[-1] ^= 0x01  # the last byte of the last float of episode 0
+        conn.execute("UPDATE messages SET data = ? WHERE id = ?", (bytes(flipped), rowid))
+    with pytest.raises(ValueError, match="its bytes differ from those the bag was written with"):
+        read_demonstrations(bag, topic="/my_demos")

@@ -348,3 +348,35 @@ def test_action_scaler_handles_bounds_near_float32_max_and_hits_the_bounds_exact
     np.testing.assert_array_equal(scaler.to_env(np.array([[-1.0] * 3, [1.0] * 3], np.float32)), [LOW, HIGH])
     x = np.random.default_rng(0).uniform(-1, 1, (50, 3)).astype(np.float32)
     np.testing.assert_allclose(scaler.to_unit(scaler.to_env(x)), x, atol=1e-6)
+
+
+def test_a_policy_that_returns_nan_fails_the_check_and_is_said_so(nets, tmp_path) -> None:
+    """An observation normaliser with a NaN variance made every action NaN, yet the check passed (the
+    reference NaN too: no comparison sees it) and the training loops' export said nothing."""
+    import copy
+
+    actor, norm = nets
+    broken = copy.deepcopy(norm)
+    broken.var[1] = float("nan")
+    with pytest.raises(PolicyExportError, match="returns NaN on verification input 0: its weights or "
+                                                "observation normaliser are not finite"):
+        export_policy(actor, tmp_path / "p.onnx", action_low=LOW, action_high=HIGH, obs_norm=broken,
+                      metadata=META)
+    warnings: list[str] = []
+    path = onnx_policy.export_policy_or_warn(actor, tmp_path / "p.onnx", warnings.append, action_low=LOW,
+                                             action_high=HIGH, obs_norm=broken, metadata=META)
+    assert len(warnings) == 1 and "obs_norm.var" in warnings[0], warnings
+    assert np.isnan(load_policy(path)(np.zeros(OBS_DIM, np.float32))).all()
+
+
+def test_stamped_metadata_is_checked_before_the_model_is_replaced(exported, tmp_path) -> None:
+    """stamp_metadata wrote a value the loader refuses, and the model could not be loaded again."""
+    path = tmp_path / "p.onnx"
+    path.write_bytes(exported[0].read_bytes())
+    with pytest.raises(PolicyLoadError, match="control_period_s"):
+        onnx_policy.stamp_metadata(path, {"control_period_s": 0})
+    assert load_policy(path).metadata.control_period_s is None  # unchanged, still loads
+    meta = onnx_policy.stamp_metadata(path, {"control_period_s": np.float32(0.02), "seed": np.int64(4),
+                                             "joint_names": ["shoulder", "elbow"]})
+    assert meta.control_period_s == pytest.approx(0.02) and meta.extra["seed"] == "4"
+    assert meta.joint_names == ("shoulder", "elbow")  # a list, stored as JSON, read as the names

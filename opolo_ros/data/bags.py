@@ -94,6 +94,7 @@ JOINT_FIELDS = ("position", "velocity", "effort")
 STORAGES = ("mcap", "sqlite3")
 FORMAT = "opolo_ros demonstration/1"
 DIGEST_KEY = "sha256"  # custom_data: JSON list, SHA-256 of each episode message's serialized bytes
+DIGEST_TOPIC_KEY = "sha256_topic"  # custom_data: the topic of those messages, when not DEMO_TOPIC
 DEMONSTRATIONS_DEPTH = 100  # the contract's keep-last depth for /opolo/demonstrations
 STORAGE_SUFFIXES = (".mcap", ".db3")
 _STEP_NS = 1_000_000  # 1 ms between episode messages
@@ -241,6 +242,8 @@ def write_demonstrations(path: str | Path, episodes: Sequence[Episode], *, topic
                                                             for lab, s, st in dims], data_offset=offset),
                                     data=data), F32_ARRAY) for dims, offset, data in payloads]
     custom[DIGEST_KEY] = json.dumps([hashlib.sha256(raw).hexdigest() for raw in raws])
+    if topic != DEMO_TOPIC:  # whose messages the digests are of (a bag without this key: DEMO_TOPIC's)
+        custom[DIGEST_TOPIC_KEY] = topic
     plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
     writer = Writer(path, version=Writer.VERSION_LATEST, storage_plugin=plugin)
     for key, value in custom.items():
@@ -286,16 +289,20 @@ def _bag_paths(path: Path) -> list[Path]:
     bags = sorted((p for p in path.iterdir() if p.is_dir() and (p / "metadata.yaml").is_file()),
                   key=lambda p: (_natural_key(p), p.name))
     stray = sorted(p.name for p in path.iterdir() if p.is_file() and p.suffix in STORAGE_SUFFIXES)
-    if bags:  # a folder of bags: anything there that looks like one but is not is an error, not skipped
+    nested = sorted(p.name for p in path.iterdir() if p.is_dir() and p not in bags
+                    and any(q.name == "metadata.yaml" for q in p.rglob("*")))
+    if bags or nested:  # a folder of bags: what looks like one but cannot be read is an error, not skipped
         broken = sorted(p.name for p in path.iterdir() if p.is_dir() and p not in bags
-                        and any(q.suffix in STORAGE_SUFFIXES for q in p.iterdir()))
-        if broken or stray:
+                        and p.name not in nested and any(q.suffix in STORAGE_SUFFIXES for q in p.iterdir()))
+        if broken or stray or nested:
             what = "; ".join(part for part in (
                 broken and f"sub-folders with storage files but no metadata.yaml {broken} (an "
                            "interrupted recording? `ros2 bag reindex` writes one)",
+                nested and f"sub-folders holding bags of their own {nested} (bags are read one level deep)",
                 stray and f"storage files beside the bags {stray}") if part)
-            raise BagError(f"{path}: a folder of {len(bags)} bags, but not everything in it can be read: "
-                           f"{what}; move them out or pass the bags one by one")
+            head = f"a folder of {len(bags)} bags, but not everything in it can be read" if bags else \
+                "no bag of its own, one level down"
+            raise BagError(f"{path}: {head}: {what}; move them out or pass the bags one by one")
         return bags
     if stray:
         raise BagError(f"{path} is not a readable rosbag2 bag: metadata.yaml is missing "
@@ -504,7 +511,7 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
         base_meta = {"bag": str(bag), "topic": topic}
         if custom.get("env_id"):
             base_meta["env_id"] = custom["env_id"]
-        digests = _digests(custom, bag) if topic == DEMO_TOPIC else None
+        digests = _digests(custom, bag) if topic == custom.get(DIGEST_TOPIC_KEY, DEMO_TOPIC) else None
         episodes = _episodes(reader, conns, store, src, bag, topic, gap_ns, expected_obs_dim, state,
                              base_meta, digests)
         if digests is not None and len(episodes) != len(digests):
@@ -561,20 +568,33 @@ def _roll_back_hot_journals(bag: Path) -> None:
     """An sqlite3 storage file left by a killed writer may have its rollback journal beside it
     (``<file>.db3-journal``): rosbags opens storage files immutable, which ignores the journal and can
     read pages of the transaction that never committed. Opening the file once with sqlite3 rolls the
-    journal back, as any sqlite3 reader would (the file is then what was last committed)."""
+    journal back, as any sqlite3 reader would (the file is then what was last committed). A bag
+    written in WAL mode (rosbag2's ``resilient`` preset) may hold committed messages in its
+    ``<file>.db3-wal`` only, which an immutable read leaves out without a word: they are moved into the
+    storage file (a checkpoint, as sqlite3 itself does)."""
     import sqlite3
 
     files = [bag] if bag.is_file() else sorted(bag.glob("*.db3"))
     for db in files:
-        if db.suffix == ".db3" and Path(f"{db}-journal").exists():
+        journal, wal = Path(f"{db}-journal"), Path(f"{db}-wal")
+        has_wal = wal.exists() and wal.stat().st_size > 0
+        if db.suffix != ".db3" or not (journal.exists() or has_wal):
+            continue
+        what = "move its write-ahead log (-wal) into it" if has_wal else "roll back its leftover journal"
+        try:
+            conn = sqlite3.connect(db)
             try:
-                conn = sqlite3.connect(db)
-                try:
-                    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                finally:
-                    conn.close()
-            except sqlite3.Error as err:
-                raise BagError(f"{db}: cannot roll back its leftover journal ({_one_line(err)})") from None
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                if has_wal:
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                    if busy:
+                        raise BagError(f"{db}: cannot {what}: another process writes the bag (a recording "
+                                       "still running?)")
+            finally:
+                conn.close()
+        except sqlite3.Error as err:
+            raise BagError(f"{db}: cannot {what} ({_one_line(err)}; a bag folder that cannot be written: "
+                           "copy it somewhere writable)") from None
 
 
 def _digests(custom: Mapping[str, str], bag: Path) -> list[str] | None:

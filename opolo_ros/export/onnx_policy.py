@@ -99,6 +99,11 @@ class PolicyMetadata:
         """An MJCF robot's observed joints in the policy's order (positions, then velocities); ()
         when the model does not say (a Gymnasium task, or exported before the key existed)."""
         value = str(self.extra.get(JOINT_NAMES_KEY, "")).strip()
+        if value.startswith("["):  # given as a list (stored as JSON)
+            try:
+                return tuple(str(name) for name in json.loads(value))
+            except (ValueError, TypeError):
+                pass
         return tuple(name.strip() for name in value.split(",")) if value else ()
 
     @property
@@ -454,7 +459,11 @@ def export_policy_or_warn(actor: torch.nn.Module, path: str | os.PathLike[str],
     A policy whose weights are not finite (training diverged) is said so."""
     import torch
 
-    broken = [name for name, p in actor.named_parameters() if not torch.isfinite(p).all()]
+    tensors = [*actor.named_parameters()]
+    norm = kwargs.get("obs_norm")
+    if isinstance(norm, torch.nn.Module):  # its mean and variance are in the graph as well
+        tensors += [(f"obs_norm.{name}", b) for name, b in norm.named_buffers()]
+    broken = [name for name, p in tensors if p.is_floating_point() and not torch.isfinite(p).all()]
     if broken:  # its actions are NaN: deploy actors send their safe command instead
         warn(f"the policy's weights are not finite ({', '.join(broken)}): training diverged "
              "(replay of absurd values, a learning rate too high?); exported as it is")
@@ -583,6 +592,10 @@ def _check_export(policy: OnnxPolicy, graph: torch.nn.Module, obs_dim: int, low:
     x = verification_inputs(obs_dim, np.random.default_rng(0))
     runs, exact = pytorch_evaluations(graph, x)
     got = policy(x)
+    if np.isnan(got).any():  # the exact policy NaN too (NaN weights or normaliser): no comparison sees it
+        raise PolicyExportError(f"ONNX policy for {path} returns NaN on verification input "
+                                f"{int(np.argmax(np.isnan(got).any(axis=1)))}: its weights or observation "
+                                "normaliser are not finite")
     overflow = ~np.isfinite(got) & np.isfinite(exact)
     if overflow.any():
         raise PolicyExportError(f"ONNX policy for {path} returns {got[overflow][0]} where the exact policy "
@@ -620,9 +633,14 @@ def _metadata(metadata: Mapping[str, Any], obs_dim: int, act_dim: int, low: np.n
         training_step=int(metadata.get("training_step", 0)),
         version=int(metadata.get("version", 0)),
         source=str(metadata.get("source", "opolo_ros")),
-        extra={k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()
+        extra={k: v if isinstance(v, str) else _json(v) for k, v in metadata.items()
                if k not in REQUIRED_KEYS},
     )
+
+
+def _json(value: Any) -> str:
+    """A metadata value as JSON; numpy scalars and arrays as the numbers they hold."""
+    return json.dumps(value, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
 
 
 def stamp_metadata(path: str | os.PathLike[str], values: Mapping[str, Any]) -> PolicyMetadata:
@@ -636,7 +654,8 @@ def stamp_metadata(path: str | os.PathLike[str], values: Mapping[str, Any]) -> P
     if clash:
         raise ValueError(f"cannot restamp required metadata keys: {sorted(clash)}")
     props = {p.key: p.value for p in model.metadata_props}
-    props.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+    props.update({k: v if isinstance(v, str) else _json(v) for k, v in values.items()})
+    PolicyMetadata.from_props(props, str(path))  # a value the loader refuses: the model is left as it was
     del model.metadata_props[:]
     for k, v in props.items():
         model.metadata_props.add(key=k, value=v)
