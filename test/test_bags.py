@@ -779,3 +779,14 @@ def test_the_digests_are_checked_on_the_topic_the_bag_was_written_on(tmp_path: P
         conn.execute("UPDATE messages SET data = ? WHERE id = ?", (bytes(flipped), rowid))
     with pytest.raises(ValueError, match="its bytes differ from those the bag was written with"):
         read_demonstrations(bag, topic="/my_demos")
+
+
+def test_a_value_beyond_what_training_takes_is_said_so_not_called_corruption(tmp_path: Path) -> None:
+    """A 1e11 in a stream read as "cannot read messages (corrupt or truncated bag?)"."""
+    obs = np.zeros((4, 2), np.float32)
+    obs[2, 1] = 1e11
+    bag = _write_stream(tmp_path / "big", {"/x": (F32, _stream(obs))})
+    with pytest.raises(ValueError) as err:
+        read_demonstrations(bag)
+    assert "/x: the episode from message 0: episode observation 2 has 1e+11 at index 1, beyond +-1e+10" \
+        in str(err.value) and "corrupt" not in str(err.value)

@@ -633,16 +633,19 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
             current = []
             return
         if len(current) < 2:
-            gaps = [f"{where} a gap of {gap / 1e9:g} s" for where, gap in
+            gaps = [f"{where} a gap of {gap / 1e9:.9g} s" for where, gap in
                     (("began after", gap_before), ("ended at", gap_after)) if gap is not None]
             hint = "" if not gaps else (
-                f" (it {' and '.join(gaps)}, more than the episode gap {gap_ns / 1e9:g} s: a stream "
+                f" (it {' and '.join(gaps)}, more than the episode gap {gap_ns / 1e9:.9g} s: a stream "
                 "published slower than that needs a larger demos_episode_gap_s)")
             raise BagError(f"{bag}: {topic}: the episode at message {start_index} has 1 observation; "
                            f"an episode needs at least 2 (T+1 >= 2){hint}")
         obs32 = np.asarray(current, dtype=np.float32)  # in range: _check_obs
         meta = dict(base_meta, start_message=start_index, messages=index - start_index)
-        episodes.append(Episode(obs32, float("nan"), meta))
+        try:
+            episodes.append(Episode(obs32, float("nan"), meta))
+        except ValueError as err:  # a value beyond what training takes: the data's, not the bag's fault
+            raise BagError(f"{bag}: {topic}: the episode from message {start_index}: {err}") from None
         current = []
 
     index = 0
@@ -678,7 +681,10 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
                 obs, ret, episode = _parse_demonstration(
                     dims, int(msg.layout.data_offset), np.asarray(msg.data), where)
                 _check_obs(obs[0], state, expected_obs_dim, where)
-                episodes.append(Episode(obs, ret, dict(base_meta, episode=episode)))
+                try:
+                    episodes.append(Episode(obs, ret, dict(base_meta, episode=episode)))
+                except ValueError as err:
+                    raise BagError(f"{where}: {err}") from None
                 continue
         obs = _observation(msg, src, where, state)
         if obs is None:  # reset marker
