@@ -518,16 +518,18 @@ class GraphRunner:
         from opolo_ros.nodes.common import make_executor
 
         self.executor = make_executor(self.context, executor)
-        self.nodes: dict[str, Any] = {}
+        self.nodes: dict[str, Any] = {}  # by name; by namespace/name where two namespaces share a name
+        shared = {s.name for s in specs if [t.name for t in specs].count(s.name) > 1}
+        self._keys = [f"{s.namespace.strip('/')}/{s.name}" if s.name in shared else s.name for s in specs]
         try:
-            for spec in self.specs:
+            for key, spec in zip(self._keys, self.specs):
                 node = _make_checked(spec, self.context)
-                self.nodes[spec.name] = node
+                self.nodes[key] = node  # (one key per node: each is closed and destroyed at the end)
                 self.executor.add_node(node)
         except BaseException:
             self.close()
             raise
-        self.exit_nodes = [self.nodes[s.name] for s in self.specs if s.exit_ends_launch]
+        self.exit_nodes = [self.nodes[k] for k, s in zip(self._keys, self.specs) if s.exit_ends_launch]
 
     def __enter__(self) -> GraphRunner:
         return self

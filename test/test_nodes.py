@@ -174,6 +174,28 @@ def test_a_recorder_whose_bag_cannot_be_written_does_not_write_again_on_close(tm
         assert recorder.bag is None and len(recorder.episodes) == 1
 
 
+def test_nodes_of_one_name_in_two_namespaces_are_each_run_and_closed(tmp_path, ros_domain_id, ros_node):
+    """`opolo-ros launch` kept its nodes by name: of two recorders named alike in two namespaces the
+    first was never closed (its bag never written) nor destroyed. They are kept by namespace/name."""
+    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
+    episode = m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:], np.ones(3), np.zeros(3),
+                              np.array([0.0, 0.0, 1.0]), seq=0, source=7)
+    specs = [NodeSpec("demo_recorder", "demo_recorder", namespace=ns,
+                      parameters={"output": str(tmp_path / ns / "bag"), "episodes": 2})
+             for ns in ("r1", "r2")]
+    with GraphRunner(specs, ros_domain_id) as graph:
+        assert sorted(graph.nodes) == ["r1/demo_recorder", "r2/demo_recorder"]
+        recorders = list(graph.nodes.values())
+        node, executor = ros_node("replay_source")
+        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+        assert spin_until([executor, graph.executor], lambda: all(linked(pub, r) for r in recorders), 10.0)
+        pub.publish(episode)
+        assert spin_until([executor, graph.executor], lambda: all(len(r.episodes) == 1 for r in recorders),
+                          10.0)
+    for ns in ("r1", "r2"):  # each closed: the episode that had ended is in its bag
+        assert len(read_demonstrations(tmp_path / ns / "bag")) == 1
+
+
 def test_recorder_drops_an_episode_whose_simulation_diverged(tmp_path, ros_domain_id, ros_node):
     """A void replay step (the bridge's sim blew up) ends no demonstration: that episode is dropped."""
     obs = np.arange(12, dtype=np.float32).reshape(6, 2)  # states s0..s5; the sim resets to s3
