@@ -220,21 +220,25 @@ SWALLOW = ("import os, signal, time\n"
            "        pass\n")
 
 
+def _record(patch: str, bag: Path, episodes: int, *options: str) -> subprocess.CompletedProcess:
+    """`opolo-ros record` of the shipped expert into `bag`, in a subprocess that first runs `patch`
+    (code that wraps a function of the package, to send a signal at a chosen moment)."""
+    args = ["record", "--model", str(EXPERT), "--episodes", str(episodes), "--output", str(bag), *options]
+    return _run_in_subprocess("import os, signal\nfrom opolo_ros import cli\n" + patch
+                              + f"raise SystemExit(cli.main({args!r}))\n")
+
+
 def test_a_swallowed_interrupt_stops_record_before_it_writes_a_bag(tmp_path) -> None:
     """`opolo-ros record` rolled out every episode and wrote the bag after an interrupt that the
     environment's first import swallowed, then said "interrupted": it stops at the next step."""
     bag = tmp_path / "bag"
-    code = (SWALLOW + "from opolo_ros import cli\n"
-            "from opolo_ros.sim import rollout\n"
-            "make_env = rollout.make_env\n"
-            "def make_env_swallowing(*args, **kwargs):\n"
-            "    env = make_env(*args, **kwargs)\n"
-            "    swallow_sigterm()\n"
-            "    return env\n"
-            "rollout.make_env = make_env_swallowing\n"
-            f"raise SystemExit(cli.main(['record', '--model', {str(EXPERT)!r}, '--episodes', '20', "
-            f"'--output', {str(bag)!r}]))\n")
-    result = _run_in_subprocess(code)
+    result = _record(SWALLOW + "from opolo_ros.sim import rollout\n"
+                     "make_env = rollout.make_env\n"
+                     "def make_env_swallowing(*args, **kwargs):\n"
+                     "    env = make_env(*args, **kwargs)\n"
+                     "    swallow_sigterm()\n"
+                     "    return env\n"
+                     "rollout.make_env = make_env_swallowing\n", bag, 20)
     assert result.returncode == 130, (result.returncode, result.stdout, result.stderr)
     assert not bag.exists(), result.stdout
     assert "interrupted: stopped by SIGTERM" in result.stderr, result.stderr
@@ -246,26 +250,20 @@ def test_an_interrupted_record_keeps_the_episodes_that_had_ended(tmp_path, skip_
     all, and said "what was written before is kept". A SIGINT as the third episode starts: the two
     that had ended are in the bag, whose metadata says it was cut short; status 130."""
     bag = tmp_path / "bag"
-    args = ["record", "--model", str(EXPERT), "--episodes", "20", "--output", str(bag)]
-    if skip_terminated:
-        args.append("--skip-terminated")
-    code = ("import os, signal\n"
-            "from opolo_ros import cli\n"
-            "from opolo_ros.sim import rollout\n"
-            "make_env = rollout.make_env\n"
-            "def make_env_interrupted(*args, **kwargs):\n"
-            "    env = make_env(*args, **kwargs)\n"
-            "    reset, resets = env.reset, []\n"
-            "    def counted(**kw):\n"
-            "        resets.append(1)\n"
-            "        if len(resets) == 3:\n"
-            "            os.kill(os.getpid(), signal.SIGINT)\n"
-            "        return reset(**kw)\n"
-            "    env.reset = counted\n"
-            "    return env\n"
-            "rollout.make_env = make_env_interrupted\n"
-            f"raise SystemExit(cli.main({args!r}))\n")
-    result = _run_in_subprocess(code)
+    result = _record("from opolo_ros.sim import rollout\n"
+                     "make_env = rollout.make_env\n"
+                     "def make_env_interrupted(*args, **kwargs):\n"
+                     "    env = make_env(*args, **kwargs)\n"
+                     "    reset, resets = env.reset, []\n"
+                     "    def counted(**kw):\n"
+                     "        resets.append(1)\n"
+                     "        if len(resets) == 3:\n"
+                     "            os.kill(os.getpid(), signal.SIGINT)\n"
+                     "        return reset(**kw)\n"
+                     "    env.reset = counted\n"
+                     "    return env\n"
+                     "rollout.make_env = make_env_interrupted\n", bag, 20,
+                     *(["--skip-terminated"] if skip_terminated else []))
     assert result.returncode == 130, (result.returncode, result.stdout, result.stderr)
     assert "interrupted: stopped by SIGINT; the 2 of 20 episodes that had ended are in" in result.stderr
     from opolo_ros.data.bags import read_bag_metadata
@@ -280,17 +278,12 @@ def test_a_signal_while_record_writes_its_bag_does_not_lose_it(tmp_path) -> None
     """A Ctrl-C that came as `opolo-ros record` wrote its bag broke the write off (the partial bag
     deleted): every episode lost. The write holds signals now; the command ends normally."""
     bag = tmp_path / "bag"
-    code = ("import os, signal\n"
-            "from opolo_ros import cli\n"
-            "from opolo_ros.data import bags\n"
-            "write = bags.write_demonstrations\n"
-            "def interrupted_write(*args, **kwargs):\n"
-            "    os.kill(os.getpid(), signal.SIGINT)\n"
-            "    return write(*args, **kwargs)\n"
-            "bags.write_demonstrations = interrupted_write\n"
-            f"raise SystemExit(cli.main(['record', '--model', {str(EXPERT)!r}, '--episodes', '2', "
-            f"'--output', {str(bag)!r}]))\n")
-    result = _run_in_subprocess(code)
+    result = _record("from opolo_ros.data import bags\n"
+                     "write = bags.write_demonstrations\n"
+                     "def interrupted_write(*args, **kwargs):\n"
+                     "    os.kill(os.getpid(), signal.SIGINT)\n"
+                     "    return write(*args, **kwargs)\n"
+                     "bags.write_demonstrations = interrupted_write\n", bag, 2)
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     from opolo_ros.data.demos import load_episodes
 

@@ -105,19 +105,37 @@ def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage, 
         assert got[k].episode_return == ep.ret
 
 
-def run_recorder(tmp_path, ros_domain_id, ros_node, batches, **params):
-    """A demo_recorder (1 episode, bag at tmp_path/bag) fed `batches` on /opolo/replay until it is
-    finished; returns the node."""
+EPISODE_STATES = np.arange(8, dtype=np.float32).reshape(4, 2)
+
+
+def replay_episode(seq: int) -> Float32MultiArray:
+    """One replay batch holding a whole episode: states 0..3 (EPISODE_STATES), ended by the time limit."""
+    obs = EPISODE_STATES
+    return m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:], np.ones(3), np.zeros(3),
+                           np.array([0.0, 0.0, 1.0]), seq=seq, source=7)
+
+
+def replay_source(ros_node, graph: GraphRunner, *recorders):
+    """A /opolo/replay publisher matched with `recorders`, and the executors to spin."""
+    node, executor = ros_node("replay_source")
+    pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
+    executors = [executor, graph.executor]
+    assert spin_until(executors, lambda: all(linked(pub, r) for r in recorders), 10.0)
+    return pub, executors
+
+
+def run_recorder(tmp_path, ros_domain_id, ros_node, batches, until=None, **params):
+    """A demo_recorder (1 episode unless `params` say, bag at tmp_path/bag) fed `batches` on
+    /opolo/replay until `until(node)` (default: it is finished), then stopped; returns the node."""
     recorder = NodeSpec("demo_recorder", "demo_recorder",
                         parameters={"output": str(tmp_path / "bag"), "episodes": 1, **params})
     with GraphRunner([recorder], ros_domain_id) as graph:
-        node, executor = ros_node("replay_source")
-        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
         recorder_node = graph.nodes["demo_recorder"]
-        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder_node), 10.0)
+        pub, executors = replay_source(ros_node, graph, recorder_node)
         for batch in batches:
             pub.publish(batch)
-        assert spin_until([executor, graph.executor], recorder_node.finished.is_set, timeout_sec=10.0)
+        done = until or (lambda node: node.finished.is_set())
+        assert spin_until(executors, lambda: done(recorder_node), timeout_sec=10.0)
     return recorder_node
 
 
@@ -126,27 +144,15 @@ def test_a_recorder_stopped_early_writes_the_episodes_that_had_ended(tmp_path, r
                                                                      ended):
     """Stopped (the launch's SIGINT) after 2 of 3 episodes: they are in the bag, whose metadata says
     the recording was cut short (before, nothing was written); stopped before any ended: no bag."""
-    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
-    batches = [m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:], np.ones(3), np.zeros(3),
-                               np.array([0.0, 0.0, 1.0]), seq=k, source=7) for k in range(ended)]
-    spec = NodeSpec("demo_recorder", "demo_recorder",
-                    parameters={"output": str(tmp_path / "bag"), "episodes": 3})
-    with GraphRunner([spec], ros_domain_id) as graph:
-        node, executor = ros_node("replay_source")
-        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
-        recorder = graph.nodes["demo_recorder"]
-        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder), 10.0)
-        for batch in batches:
-            pub.publish(batch)
-        assert spin_until([executor, graph.executor], lambda: len(recorder.episodes) == ended, 10.0)
-        assert not recorder.finished.is_set()
+    run_recorder(tmp_path, ros_domain_id, ros_node, [replay_episode(k) for k in range(ended)],
+                 until=lambda r: len(r.episodes) == ended and not r.finished.is_set(), episodes=3)
     if not ended:
         assert not (tmp_path / "bag").exists()
         return
     from opolo_ros.data.bags import read_bag_metadata
 
     episodes = read_demonstrations(tmp_path / "bag")
-    assert len(episodes) == 2 and all(np.array_equal(ep.obs, obs) for ep in episodes)
+    assert len(episodes) == 2 and all(np.array_equal(ep.obs, EPISODE_STATES) for ep in episodes)
     assert read_bag_metadata(tmp_path / "bag")["interrupted"] == "2 of 3 episodes recorded"
 
 
@@ -157,19 +163,14 @@ def test_a_recorder_whose_bag_cannot_be_written_does_not_write_again_on_close(tm
     folder = tmp_path / "sub"
     spec = NodeSpec("demo_recorder", "demo_recorder",
                     parameters={"output": str(folder / "bag"), "episodes": 1})
-    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
-    episode = m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:], np.ones(3), np.zeros(3),
-                              np.array([0.0, 0.0, 1.0]), seq=0, source=7)
     with GraphRunner([spec], ros_domain_id) as graph:
-        node, executor = ros_node("replay_source")
-        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
         recorder = graph.nodes["demo_recorder"]
-        assert spin_until([executor, graph.executor], lambda: linked(pub, recorder), 10.0)
+        pub, executors = replay_source(ros_node, graph, recorder)
         folder.rmdir()
         folder.write_text("not a folder")  # the bag cannot be created in it
-        pub.publish(episode)
+        pub.publish(replay_episode(0))
         with pytest.raises(Exception, match="bag"):  # the write's own error, out of the callback
-            spin_until([executor, graph.executor], lambda: False, timeout_sec=10.0)
+            spin_until(executors, lambda: False, timeout_sec=10.0)
         recorder.close()  # nothing more: no second write
         assert recorder.bag is None and len(recorder.episodes) == 1
 
@@ -177,21 +178,15 @@ def test_a_recorder_whose_bag_cannot_be_written_does_not_write_again_on_close(tm
 def test_nodes_of_one_name_in_two_namespaces_are_each_run_and_closed(tmp_path, ros_domain_id, ros_node):
     """`opolo-ros launch` kept its nodes by name: of two recorders named alike in two namespaces the
     first was never closed (its bag never written) nor destroyed. They are kept by namespace/name."""
-    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
-    episode = m.replay_to_msg(obs[:3], np.zeros((3, 1)), obs[1:], np.ones(3), np.zeros(3),
-                              np.array([0.0, 0.0, 1.0]), seq=0, source=7)
     specs = [NodeSpec("demo_recorder", "demo_recorder", namespace=ns,
                       parameters={"output": str(tmp_path / ns / "bag"), "episodes": 2})
              for ns in ("r1", "r2")]
     with GraphRunner(specs, ros_domain_id) as graph:
         assert sorted(graph.nodes) == ["r1/demo_recorder", "r2/demo_recorder"]
         recorders = list(graph.nodes.values())
-        node, executor = ros_node("replay_source")
-        pub = node.create_publisher(Float32MultiArray, "/opolo/replay", qos_for("replay"))
-        assert spin_until([executor, graph.executor], lambda: all(linked(pub, r) for r in recorders), 10.0)
-        pub.publish(episode)
-        assert spin_until([executor, graph.executor], lambda: all(len(r.episodes) == 1 for r in recorders),
-                          10.0)
+        pub, executors = replay_source(ros_node, graph, *recorders)
+        pub.publish(replay_episode(0))
+        assert spin_until(executors, lambda: all(len(r.episodes) == 1 for r in recorders), 10.0)
     for ns in ("r1", "r2"):  # each closed: the episode that had ended is in its bag
         assert len(read_demonstrations(tmp_path / ns / "bag")) == 1
 
