@@ -72,7 +72,8 @@ def describe(args: dict) -> list:
         NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
             **node_parameters(params_file, "sim_bridge", ns), "env_id": env, "seed": seed,
             "time_feature": time_feature, "mode": "lockstep",
-            "flow_control": False, "wait_for_subscribers": 1}),
+            "flow_control": False, "wait_for_subscribers": 1,
+            "learner_wait_s": 0.0}),  # the replay subscriber is the recorder: no learner to hear first
         NodeSpec("actor", "actor", namespace=ns, parameters={
             **node_parameters(params_file, "actor", ns), "mode": "deploy", "model": model,
             "subscribe_policy": False}),

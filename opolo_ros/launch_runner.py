@@ -519,17 +519,18 @@ class GraphRunner:
 
         self.executor = make_executor(self.context, executor)
         self.nodes: dict[str, Any] = {}  # by name; by namespace/name where two namespaces share a name
+        # (`keys`, in the order of `specs`)
         shared = {s.name for s in specs if [t.name for t in specs].count(s.name) > 1}
-        self._keys = [f"{s.namespace.strip('/')}/{s.name}" if s.name in shared else s.name for s in specs]
+        self.keys = [f"{s.namespace.strip('/')}/{s.name}" if s.name in shared else s.name for s in specs]
         try:
-            for key, spec in zip(self._keys, self.specs):
+            for key, spec in zip(self.keys, self.specs):
                 node = _make_checked(spec, self.context)
                 self.nodes[key] = node  # (one key per node: each is closed and destroyed at the end)
                 self.executor.add_node(node)
         except BaseException:
             self.close()
             raise
-        self.exit_nodes = [self.nodes[k] for k, s in zip(self._keys, self.specs) if s.exit_ends_launch]
+        self.exit_nodes = [self.nodes[k] for k, s in zip(self.keys, self.specs) if s.exit_ends_launch]
 
     def __enter__(self) -> GraphRunner:
         return self
@@ -626,11 +627,11 @@ def _write_launch_record(graph: GraphRunner, path: Path, args: Mapping[str, str]
         return
     run_dir = Path(str(learner.parameters["run_dir"]))
     record = {"launch_file": path.name, "arguments": dict(args),
-              "nodes": {s.name: {"executable": s.executable, "namespace": s.namespace,
-                                 "remappings": [list(r) for r in s.remappings],
-                                 "parameters": {k: list(v) if isinstance(v, tuple) else v
-                                                for k, v in s.parameters.items()}}
-                        for s in graph.specs}}
+              "nodes": {key: {"executable": s.executable, "namespace": s.namespace,
+                              "remappings": [list(r) for r in s.remappings],
+                              "parameters": {k: list(v) if isinstance(v, tuple) else v
+                                             for k, v in s.parameters.items()}}
+                        for key, s in zip(graph.keys, graph.specs)}}
     (run_dir / "launch_params.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
 
 

@@ -749,6 +749,20 @@ def test_committed_messages_in_a_write_ahead_log_are_read(tmp_path: Path) -> Non
     for path in (db, bag):
         (episode,) = read_demonstrations(path)
         np.testing.assert_array_equal(episode.obs, obs)
+    # A log left again, holding nothing the file lacks (its frames moved already): read without a
+    # write to the bag, as a bag in a read-only folder must be.
+    moved = (f"import os, sqlite3\nconn = sqlite3.connect({str(db)!r})\n"
+             "conn.execute('PRAGMA journal_mode=WAL')\n"
+             "conn.execute('INSERT INTO messages (topic_id, timestamp, data) SELECT topic_id, timestamp + "
+             f"{SEC // 100}, data FROM messages WHERE id = (SELECT max(id) FROM messages)')\nconn.commit()\n"
+             "conn.execute('PRAGMA wal_checkpoint(PASSIVE)')\nos.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", moved], check=False)
+    obs = np.concatenate([obs, obs[-1:]])
+    assert Path(f"{db}-wal").stat().st_size > 0
+    before = (db.stat().st_mtime_ns, Path(f"{db}-wal").stat().st_mtime_ns)
+    (episode,) = read_demonstrations(bag)
+    np.testing.assert_array_equal(episode.obs, obs)
+    assert (db.stat().st_mtime_ns, Path(f"{db}-wal").stat().st_mtime_ns) == before
 
 
 def test_a_folder_whose_sub_folders_hold_bags_of_their_own_is_an_error(tmp_path: Path) -> None:

@@ -171,6 +171,8 @@ def test_record_expert_gives_the_recorder_the_bridges_seed(tmp_path):
     _, _, specs = lr.describe_launch("record_expert", ["seed:=4", f"output:={tmp_path / 'bag'}"])
     by_name = {s.name: s.parameters for s in specs}
     assert by_name["demo_recorder"]["seed"] == by_name["sim_bridge"]["seed"] == 4
+    # its replay subscriber is the recorder: no learner to wait for (the bridge waited 3 s for one)
+    assert by_name["sim_bridge"]["learner_wait_s"] == 0.0
 
 
 def test_sim_train_resume_is_the_files_unless_given(tmp_path):

@@ -580,21 +580,39 @@ def _roll_back_hot_journals(bag: Path) -> None:
         has_wal = wal.exists() and wal.stat().st_size > 0
         if db.suffix != ".db3" or not (journal.exists() or has_wal):
             continue
+        moved_already = has_wal and _messages_in(db, "mode=ro") == _messages_in(db, "immutable=1")
+        if moved_already and not journal.exists():
+            continue  # the log holds nothing the file lacks (checkpointed already): read as it is
         what = "move its write-ahead log (-wal) into it" if has_wal else "roll back its leftover journal"
         try:
             conn = sqlite3.connect(db)
             try:
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                if has_wal:
-                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                    if busy:
-                        raise BagError(f"{db}: cannot {what}: another process writes the bag (a recording "
-                                       "still running?)")
+                if has_wal:  # PASSIVE: a recording still writing the bag is never blocked
+                    _, logged, moved = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if moved < logged:
+                        raise BagError(f"{db}: cannot {what}: another process uses the bag (a recording "
+                                       "still running? read it once it has ended)")
             finally:
                 conn.close()
         except sqlite3.Error as err:
             raise BagError(f"{db}: cannot {what} ({_one_line(err)}; a bag folder that cannot be written: "
                            "copy it somewhere writable)") from None
+
+
+def _messages_in(db: Path, mode: str) -> int | None:
+    """How many messages sqlite3 finds in storage file `db` opened with URI `mode` (``mode=ro`` sees
+    a write-ahead log, ``immutable=1``, as rosbags reads, does not); None when it cannot say."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{db}?{mode}", uri=True)
+        try:
+            return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
 
 
 def _digests(custom: Mapping[str, str], bag: Path) -> list[str] | None:

@@ -592,9 +592,10 @@ def _check_export(policy: OnnxPolicy, graph: torch.nn.Module, obs_dim: int, low:
     x = verification_inputs(obs_dim, np.random.default_rng(0))
     runs, exact = pytorch_evaluations(graph, x)
     got = policy(x)
-    if np.isnan(got).any():  # the exact policy NaN too (NaN weights or normaliser): no comparison sees it
+    both_nan = np.isnan(got) & np.isnan(exact)  # NaN weights or normaliser: no comparison below sees it
+    if both_nan.any():
         raise PolicyExportError(f"ONNX policy for {path} returns NaN on verification input "
-                                f"{int(np.argmax(np.isnan(got).any(axis=1)))}: its weights or observation "
+                                f"{int(np.argmax(both_nan.any(axis=1)))}: its weights or observation "
                                 "normaliser are not finite")
     overflow = ~np.isfinite(got) & np.isfinite(exact)
     if overflow.any():

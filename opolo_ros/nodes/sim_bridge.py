@@ -28,7 +28,9 @@ Lock-step (``mode: lockstep``, training)
 
     The bridge starts stepping once the replay topic has ``wait_for_subscribers`` subscribers and,
     with flow control, once the learner has announced itself (without, it waits up to
-    ``learner_wait_s`` for a learner whose progress publisher it sees); a restarted bridge
+    ``learner_wait_s`` for a learner whose progress publisher it sees, and up to
+    ``DISCOVERY_GRACE_S`` for that publisher while only a replay subscriber is seen; a graph without
+    a learner, as record_expert's, sets ``learner_wait_s`` 0); a restarted bridge
     continues its counts from the learner's acknowledgement (so a resumed learner keeps its
     schedule, and no batch of the new count is taken for a re-send of the old one).
 
