@@ -152,6 +152,7 @@ def test_failed_verification_keeps_previous_model(nets, tmp_path, monkeypatch) -
     ({"action_low": 1.0, "action_high": -1.0}, "below"),
     ({"action_low": [-1.0, -1.0], "action_high": 1.0}, "shape"),
     ({"action_low": -np.inf, "action_high": 1.0}, "finite"),
+    ({"action_low": -1e39, "action_high": 1.0}, r"within float32's range"),  # finite, but inf in float32
 ])
 def test_export_rejects_bad_bounds(nets, tmp_path, kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):

@@ -407,8 +407,9 @@ def _bounds(value: float | Sequence[float] | np.ndarray, act_dim: int, name: str
         arr = np.full(act_dim, float(arr))
     if arr.shape != (act_dim,):
         raise ValueError(f"{name} has shape {arr.shape}, expected a scalar or ({act_dim},)")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite, got {arr.tolist()}")
+    if not np.all(np.isfinite(arr)) or np.abs(arr).max() > FLOAT32_MAX:
+        raise ValueError(f"{name} must be finite numbers within float32's range (+-{FLOAT32_MAX:.4g}), "
+                         f"got {arr.tolist()}")
     return arr.astype(np.float32)
 
 
