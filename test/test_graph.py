@@ -100,6 +100,33 @@ def test_graph_learns_inverted_pendulum(tmp_path, demos, ros_domain_id):
     assert meta.training_step == meta.version == 5000, meta  # (the learner wrote its gradient steps)
 
 
+def test_two_bridges_in_two_namespaces_feed_one_learner(tmp_path, demos, ros_domain_id):
+    """Scaling out (design: several bridges and actors, on other hosts or in namespaces, feed one
+    learner's /opolo/replay): a second bridge + actor pair in namespace robot2, another seed. The
+    learner takes the transitions of both sources, each bridge under flow control on its own
+    acknowledgements, and ends at total_steps."""
+    import dataclasses
+
+    small = [32, 32]
+    learner_cfg = {"opolo": {"net": {"hidden": small, "disc_hidden": small, "inverse_hidden": small}},
+                   "schedule": {"warmup_steps": 200, "inverse_pretrain_steps": 20, "batch_size": 32}}
+    specs = sim_train(tmp_path, demos, learner_cfg, {"replay_batch": 10}, total_steps="600", max_ahead="50",
+                      seed="3")
+    pair = [dataclasses.replace(s, namespace="robot2", parameters={**s.parameters, "seed": 4})
+            for s in specs if s.executable in ("sim_bridge", "actor")]
+    with GraphRunner(specs + pair, ros_domain_id) as graph:
+        assert graph.spin_until(graph.done, timeout_s=120.0), "the learner did not finish in time"
+        learner = graph.nodes["learner"]
+        bridges = [graph.nodes[key] for key in ("/sim_bridge", "robot2/sim_bridge")]
+        assert learner.error is None, learner.error
+        taken = {source: ack.transitions for source, ack in learner.trainer.acks.items()}
+        steps = learner.trainer.step
+    assert sorted(taken) == sorted(b.source for b in bridges)  # two sources, one per bridge
+    assert steps == sum(taken.values()) == 600 and min(taken.values()) >= 100, taken
+    for bridge in bridges:  # flow control held for each on its own acknowledgements
+        assert bridge.acked <= taken[bridge.source] and bridge.sent - bridge.acked <= 50 + 10
+
+
 def test_bridge_ahead_waits_for_learner(tmp_path, demos, ros_domain_id):
     """Flow control: the bridge never runs more than max_ahead ahead; the UTD ratio holds within 5%.
 
