@@ -505,6 +505,10 @@ def test_a_lone_state_where_a_recording_began_or_stopped_is_left_out(tmp_path: P
             + _stream(np.full((1, 2), 8.0), t0=t_end))
     episodes = read_demonstrations(_write_stream(tmp_path / "cut", {"/obs": (F32, msgs)}))
     assert [ep.obs[0, 0] for ep in episodes] == [0.0, 1.0] and [len(ep.obs) for ep in episodes] == [4, 3]
+    if split == "marker":  # a marker before the lone first state (the recorder caught a reset): the
+        marked = [(SEC - SEC // 200, _multiarray(F32, [], labels=("reset",))), *msgs]  # same; was an error
+        episodes = read_demonstrations(_write_stream(tmp_path / "marked", {"/obs": (F32, marked)}))
+        assert [len(ep.obs) for ep in episodes] == [4, 3]
 
 
 def test_error_time_stamps_that_do_not_increase(tmp_path: Path) -> None:

@@ -640,11 +640,14 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
     last_t: int | None = None
     gap_before: int | None = None  # ns between the episode's first message and the one before it
 
+    earlier = False  # an episode (or a lone state) of this bag before the one being closed
+
     def close_episode(index: int, gap_after: int | None = None, last: bool = False) -> None:
-        nonlocal current
+        nonlocal current, earlier
         if not current:
             return
-        if len(current) < 2 and (start_index == 0) != last:
+        first, earlier = not earlier, True  # the bag's first episode: reset markers before it do not count
+        if len(current) < 2 and first != last:
             # A recording that began one step before an episode's end, or stopped one step after
             # a reset: one state of an episode that is not in the bag (no transition, nothing lost)
             state["lone"] = state.get("lone", 0) + 1
