@@ -373,7 +373,8 @@ def test_a_simulated_robots_episodes_are_cut_at_its_reset_markers(ros_domain_id,
     assert proc.returncode == 0, out
     episodes = read_demonstrations(tmp_path / "b", joints=["slider", "hinge"], episode_gap_s=None)
     assert len(episodes) >= 4, [len(ep.obs) for ep in episodes]
-    assert all(np.abs(ep.obs[1:-1, 1]).max() < 0.2 for ep in episodes)  # no fallen state mid-episode
+    # no fallen state mid-episode (the first, recorded from its middle, may hold only its last 2 states)
+    assert all(np.abs(ep.obs[1:-1, 1]).max() < 0.2 for ep in episodes if len(ep.obs) > 2)
     # Each whole episode ends with the fall itself (s_T, published before the marker: it was lost to
     # the reset) and holds all its steps: T + 1 states, T = the bridge's return + 1 (InvertedPendulum-v5
     # rewards 1 per step but the falling one)
