@@ -297,18 +297,10 @@ def run_config(params_file: str | Path | None, overrides: Mapping[str, Any] | No
     (:func:`node_parameters`)."""
     import dataclasses
 
-    from opolo_ros.algo.config import (
-        RunConfig,
-        check_run_config,
-        load_run_config,
-        unflatten,
-        update_dataclass,
-    )
+    from opolo_ros.algo.config import RunConfig, check_run_config, unflatten, update_dataclass
 
-    if not params_file:
-        return load_run_config(None, overrides, package_parameter_names())
     known = {f.name for f in dataclasses.fields(RunConfig)}
-    flat = node_parameters(params_file, "learner", namespace)
+    flat = node_parameters(params_file, "learner", namespace)  # {} without a file
     section = unflatten({k: v for k, v in flat.items() if k.split(".")[0] in known})
     cfg = update_dataclass(RunConfig(), section)
     if overrides:
