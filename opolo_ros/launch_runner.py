@@ -191,20 +191,32 @@ def _read_section(path: Path, key: str, section: Any, out: dict[str, Any],
     for name, value in section.items():
         name = str(name)
         if name == "ros__parameters":
-            if value is not None and not isinstance(value, Mapping):
+            if not isinstance(value, Mapping):
+                empty = " (give {} for none, or leave the section out)" if value is None else ""
                 raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
-                                 f"(a ROS 2 parameter file), got {short_repr(value)}")
+                                 f"(a ROS 2 parameter file), got {short_repr(value)}{empty}")
+            _check_section_name(path, key)
             node = key.rsplit("/", 1)[-1]
             close = difflib.get_close_matches(node, NODE_CLASSES, n=1, cutoff=0.8)
             if node != "**" and node not in NODE_CLASSES and close:  # other nodes' sections are fine
                 raise ValueError(f"parameter file {path}: section '{key}' names no opolo_ros node; did you "
                                  f"mean '{close[0]}'? (nodes: {', '.join(NODE_CLASSES)})")
-            out[key] = value or {}
+            out[key] = value
         elif difflib.get_close_matches(name, ["ros__parameters"], n=1, cutoff=0.75):
             raise ValueError(f"parameter file {path}: section '{key}' holds '{name}', not 'ros__parameters' "
                              "(two underscores; its parameters would reach no node)")
         else:
             _read_section(path, f"{key}/{name}", value, out, (*inside, id(section)))
+
+
+def _check_section_name(path: Path, key: str) -> None:
+    """rcl's rule for a section's node name: tokens of letters, digits and '_', or a whole-token
+    wildcard (``*`` one token, ``**`` any number); rcl refuses a partial one such as ``r*``."""
+    for token in key.strip("/").split("/"):
+        if token not in ("*", "**") and not re.fullmatch(r"[A-Za-z0-9_]+", token):
+            hint = (" (a wildcard is a whole name token, * or **; rcl refuses a partial one)" if "*" in token
+                    else " (rcl allows letters, digits and '_' in a node or namespace name)")
+            raise ValueError(f"parameter file {path}: section '{key}' has the name token '{token}'{hint}")
 
 
 @functools.cache

@@ -271,6 +271,11 @@ def test_a_namespaced_learner_section_sets_the_launchs_run_config(tmp_path):
 @pytest.mark.parametrize("text,match", [
     ("actor: &a\n  sub: *a\n", "section 'actor/sub' holds itself"),
     ("ros__parameters:\n  seed: 3\n", "'ros__parameters' at the top level"),
+    # rcl refuses these three (checked with rclpy's --params-file); the launch read them as no
+    # parameters, or as a section that reaches no node
+    ("actor:\n  ros__parameters:\n", "got None \\(give \\{\\} for none"),
+    ("/r*/actor:\n  ros__parameters: {rate_hz: 5.0}\n", "token 'r\\*' \\(a wildcard is a whole name token"),
+    ("robot-1:\n  actor:\n    ros__parameters: {}\n", "section 'robot-1/actor' has the name token 'robot-1'"),
 ])
 def test_parameter_files_of_odd_shapes_are_one_line_errors(tmp_path, text, match):
     path = tmp_path / "p.yaml"
