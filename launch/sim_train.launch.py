@@ -122,7 +122,7 @@ def _mjcf_joints(env: str, overrides: dict, learner_file: dict) -> str:
     taken, and a bag that listed the joints otherwise trained on scrambled observations without a
     word); given ones that are the model's names in another order are refused. Returns the hint
     for a bag whose joints are named otherwise."""
-    from opolo_ros.sim.tasks import MjcfEnv
+    from opolo_ros.sim.tasks import MjcfEnv, check_joint_order
 
     model = MjcfEnv(env).joints[0]
     given = str(overrides.get("demos_joints") or learner_file.get("demos_joints") or "")
@@ -137,10 +137,7 @@ def _mjcf_joints(env: str, overrides: dict, learner_file: dict) -> str:
         return (f" (an MJCF robot's JointState bag is read by the model's joint names, {','.join(model)}: "
                 "a bag whose joints are named otherwise needs demos_joints:=<its names, in the model's "
                 "order>)")
-    if sorted(names) == sorted(model) and names != list(model):
-        raise ValueError(f"demos_joints {','.join(names)} names {Path(env).name}'s joints in another order "
-                         f"than the model's, {','.join(model)}: the policy's observation is in the "
-                         "model's order (leave demos_joints empty to read them by name in it)")
+    check_joint_order(names, model, Path(env).name)
     return ""
 
 

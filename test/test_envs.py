@@ -171,3 +171,19 @@ def test_updates_with_nothing_stored_say_why():
     runner = UpdateRunner(make_learner(cfg, 2, 1), make_schedule(cfg), ReplayBuffer(2, 1, 10), None)
     with pytest.raises(ValueError, match="every step so far was void"):
         runner._sample()
+
+
+def test_demonstration_joints_must_follow_the_models_order():
+    """`demos_joints` select a JointState bag's joints in the observation's order, the model's: the
+    model's names in another order, all of them or some, trained on scrambled observations."""
+    from opolo_ros.sim.tasks import check_joint_order, env_joint_names
+
+    env = gym.make("Hopper-v5")
+    model = env_joint_names(env)
+    env.close()
+    assert model == ("rootx", "rootz", "rooty", "thigh_joint", "leg_joint", "foot_joint")
+    check_joint_order(["rootz", "thigh_joint", "foot_joint"], model, "Hopper-v5")  # a subset, in order
+    check_joint_order(["shoulder", "elbow"], model, "Hopper-v5")  # a robot's own names: not checked
+    with pytest.raises(ValueError, match="foot_joint,thigh_joint names Hopper-v5's joints in another order "
+                                         "than the model's, thigh_joint,foot_joint"):
+        check_joint_order(["foot_joint", "thigh_joint"], model, "Hopper-v5")

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -382,6 +383,18 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
                                          r"order than the model's, slider,hinge"):
         parameters([f"env:={xml}", f"demos:={arm_bag}", "demos_joints:=hinge,slider",
                     f"run_dir:={tmp_path / 'c2'}"])
+    # ... and a Gymnasium task's (the pendulum's model), checked there and by the direct loop
+    with pytest.raises(ValueError, match=r"demos_joints hinge,slider names InvertedPendulum-v5's joints in "
+                                         r"another order than the model's, slider,hinge"):
+        parameters(["env:=InvertedPendulum-v5", f"demos:={arm_bag}", "demos_joints:=hinge,slider",
+                    f"run_dir:={tmp_path / 'c4'}"])
+    from opolo_ros.train.direct import check_demonstrations
+
+    cfg = load_run_config(None, {"env_id": "InvertedPendulum-v5", "demos": str(arm_bag),
+                                 "demos_topic": "/joint_states", "demos_joints": "hinge,slider"})
+    with pytest.raises(ValueError, match="another order than the model's, slider,hinge"):
+        check_demonstrations(cfg)
+    check_demonstrations(dataclasses.replace(cfg, demos_joints="slider,hinge"))  # the model's order
     # an array stream of the robot's observations is read as it is (no joints to select)
     arrays = _write_stream(tmp_path / "arm_arrays", {"/obs": (F32, _stream(np.zeros((5, 4))))})
     learner, player = parameters([f"env:={xml}", f"demos:={arrays}", f"run_dir:={tmp_path / 'c3'}"])

@@ -10,6 +10,7 @@ time limit. Either way :func:`joint_layout` names the joints for ``/joint_states
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 import gymnasium as gym
@@ -118,6 +119,29 @@ def joint_layout_of_model(model) -> JointLayout:
             qpos.append(model.jnt_qposadr[j])
             qvel.append(model.jnt_dofadr[j])
     return names, np.asarray(qpos, dtype=np.intp), np.asarray(qvel, dtype=np.intp)
+
+
+def env_joint_names(env) -> tuple[str, ...]:
+    """The observed (hinge, slide) joints of a MuJoCo env's model (Gymnasium or MJCF), in the
+    model's order; () for an env without a MuJoCo model."""
+    model = getattr(env.unwrapped, "model", None)
+    return tuple(joint_layout_of_model(model)[0]) if model is not None else ()
+
+
+def check_joint_order(names: Sequence[str], model: Sequence[str], task: str) -> None:
+    """JointState demonstrations select joints (`names`, ``demos_joints``) in the policy's
+    observation order, which is the model's: the model's own joint names in another order would
+    train on scrambled observations without a word (a ValueError). Names the model does not have
+    (a real robot's, mapped onto the task) are not checked here."""
+    where = {name: k for k, name in enumerate(model)}
+    if not names or not all(n in where for n in names):
+        return
+    ordered = sorted(names, key=where.__getitem__)
+    if list(names) != ordered:
+        raise ValueError(f"demos_joints {','.join(names)} names {task}'s joints in another order than the "
+                         f"model's, {','.join(ordered)}: the policy's observation is in the model's order "
+                         "(give them in that order; an MJCF robot's are read by name in it when "
+                         "demos_joints is empty)")
 
 
 @functools.cache

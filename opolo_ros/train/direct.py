@@ -16,7 +16,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +43,13 @@ from opolo_ros.sim.envs import (
     set_env_state,
 )
 from opolo_ros.sim.task_ids import is_mjcf
-from opolo_ros.sim.tasks import control_period, mjcf_joint_names, task_control_period
+from opolo_ros.sim.tasks import (
+    check_joint_order,
+    control_period,
+    env_joint_names,
+    mjcf_joint_names,
+    task_control_period,
+)
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
     CheckpointError,
@@ -102,9 +108,14 @@ def prepare_demos(cfg: RunConfig, max_steps: int) -> list[Episode]:
     return episodes
 
 
-def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int) -> tuple[list[Episode], ExpertDataset | None]:
+def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
+                joints: Sequence[str] = ()) -> tuple[list[Episode], ExpertDataset | None]:
     """The run's demonstrations (OPOLO; none for TD3) and the (s, s') data over them, checked against
-    the environment's `obs_dim` (a ValueError naming both for another task's demonstrations)."""
+    the environment's `obs_dim` (a ValueError naming both for another task's demonstrations) and,
+    for a JointState bag, ``demos_joints`` against the order of the model's `joints`."""
+    if cfg.algo == "opolo" and cfg.demos_joints:
+        names = [j.strip() for j in cfg.demos_joints.split(",") if j.strip()]
+        check_joint_order(names, joints, Path(cfg.env_id).name if is_mjcf(cfg.env_id) else cfg.env_id)
     demos = prepare_demos(cfg, max_steps) if cfg.algo == "opolo" else []
     if not demos:
         return demos, None
@@ -132,7 +143,7 @@ def check_demonstrations(cfg: RunConfig) -> None:
 
     env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)
     try:
-        expert_data(cfg, int(env.observation_space.shape[0]), max_steps_of(env))
+        expert_data(cfg, int(env.observation_space.shape[0]), max_steps_of(env), env_joint_names(env))
     finally:
         env.close()
 
@@ -292,7 +303,7 @@ class DirectTrainer:
         self.max_steps = self.env.spec.max_episode_steps or 1000
         self.scaler = ActionScaler.from_space(self.env.action_space)
         self.control_period = control_period(self.env)  # the exported policies' control_period_s
-        self.demos, experts = expert_data(cfg, obs_dim, self.max_steps)
+        self.demos, experts = expert_data(cfg, obs_dim, self.max_steps, env_joint_names(self.env))
         self.learner = make_learner(cfg, obs_dim, act_dim)
         self.schedule = make_schedule(cfg)
         replay = ReplayBuffer(obs_dim, act_dim, min(cfg.schedule.buffer_size, max(cfg.total_steps, 1)),
