@@ -1,11 +1,12 @@
 """Compare finished (or running) training runs of one task side by side: an option ablation.
 
-Each ``--run LABEL=RUN_DIR`` names a run folder with an ``eval.csv`` (the direct loop's, written by
-``opolo-ros train`` or ``bench/suite.py``). Prints a markdown table of the normalised score at the
-``--at`` steps, its mean over every evaluation in ``--window`` (less sensitive to a single dip of a
-noisy curve than one point), and the best evaluation; writes the curves to ``--plot`` and the
-numbers to ``--json``. ``--until STEP`` leaves out later evaluations, so runs that went on longer
-than the others are compared over the same span (table, best and plot).
+Each ``--run LABEL=RUN`` names a run folder with an ``eval.csv`` (the direct loop's, written by
+``opolo-ros train`` or ``bench/suite.py``), or such a CSV file itself (a committed log, e.g.
+``bench/results/ablation/Hopper-v5_residual_seed0_eval.csv``). Prints a markdown table of the
+normalised score at the ``--at`` steps, its mean over every evaluation in ``--window`` (less
+sensitive to a single dip of a noisy curve than one point), and the best evaluation; writes the
+curves to ``--plot`` and the numbers to ``--json``. ``--until STEP`` leaves out later evaluations,
+so runs that went on longer than the others are compared over the same span (table, best, plot).
 
     .venv/bin/python bench/ablation.py --at 100000 200000 300000 --window 100000 300000 \\
         --run stop_gradient=runs/bench_suite/Hopper-v5_opolo_seed0 \\
@@ -26,10 +27,11 @@ from opolo_ros.train.logger import RunLogger
 
 
 def parse_run(text: str) -> tuple[str, Path]:
+    """``LABEL=RUN`` -> (label, the run's evaluation CSV: RUN itself, or RUN/eval.csv)."""
     label, sep, path = text.partition("=")
     if not sep or not label or not path:
-        raise argparse.ArgumentTypeError(f"expected LABEL=RUN_DIR, got {text!r}")
-    return label, Path(path)
+        raise argparse.ArgumentTypeError(f"expected LABEL=RUN_DIR or LABEL=EVAL_CSV, got {text!r}")
+    return label, Path(path) if path.endswith(".csv") else Path(path) / "eval.csv"
 
 
 def summarise(rows: list[dict], at: list[int], window: tuple[int, int]) -> dict:
@@ -59,7 +61,7 @@ def table(summaries: dict[str, dict], at: list[int], window: tuple[int, int]) ->
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run", type=parse_run, action="append", required=True, metavar="LABEL=RUN_DIR")
+    p.add_argument("--run", type=parse_run, action="append", required=True, metavar="LABEL=RUN_DIR|EVAL_CSV")
     p.add_argument("--at", type=int, nargs="+", default=[100_000, 200_000, 300_000])
     p.add_argument("--window", type=int, nargs=2, default=[100_000, 300_000], metavar=("FROM", "TO"))
     p.add_argument("--plot", help="write the learning curves here (PNG)")
@@ -70,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     window = (args.window[0], args.window[1])
     summaries = {}
-    for label, run_dir in args.run:
-        csv = run_dir / "eval.csv"
+    for label, csv in args.run:
         if not csv.is_file():
             print(f"ablation.py: error: {csv} not found", file=sys.stderr)
             return 2
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         from opolo_ros.plot import plot_curves
 
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        plot_curves({label: [run_dir / "eval.csv"] for label, run_dir in args.run}, args.plot,
+        plot_curves({label: [csv] for label, csv in args.run}, args.plot,
                     title=args.title, expert_return=args.expert_return, max_step=args.until)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
