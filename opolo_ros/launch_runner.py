@@ -30,7 +30,6 @@ reads them: nested keys name namespaces (``robot1: {actor: {ros__parameters: ...
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 import importlib.util
@@ -56,19 +55,18 @@ from opolo_ros.algo.config import (
     learner_parameter_names,
     read_yaml,
 )
-from opolo_ros.errors import one_line, short_repr
+from opolo_ros.errors import one_line
+from opolo_ros.params_file import (
+    NODE_CLASSES,
+    is_parameter_file,
+    own_sections,
+    parameter_sections,
+    sections_reaching,
+)
 from opolo_ros.sim.task_ids import is_mjcf
 
 PACKAGE = "opolo_ros"
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
-NODE_CLASSES = {
-    "sim_bridge": "opolo_ros.nodes.sim_bridge:SimBridge",
-    "actor": "opolo_ros.nodes.actor:Actor",
-    "learner": "opolo_ros.nodes.learner:Learner",
-    "demo_recorder": "opolo_ros.nodes.demo_recorder:DemoRecorder",
-    "demo_player": "opolo_ros.nodes.demo_player:DemoPlayer",
-    "topic_recorder": "opolo_ros.nodes.topic_recorder:TopicRecorder",
-}
 STOP_TIMEOUT_S = 120.0  # a learner mid-burst finishes its transition, then checkpoints
 
 
@@ -160,63 +158,13 @@ def read_params_file(path: str | Path) -> dict[str, Any]:
                          f"`opolo-ros launch {str(data['launch_file']).removesuffix('.launch.py')} "
                          f"{args}`; a node program takes a task "
                          "file (config/<task>.yaml) or the run folder's learner_params.yaml")
-    out: dict[str, Any] = {}
-    for key, section in data.items():
-        if not isinstance(section, Mapping) and not any(isinstance(v, Mapping) and "ros__parameters" in v
-                                                        for v in data.values()):
+    for key, section in data.items() if not is_parameter_file(data) else ():
+        if not isinstance(section, Mapping):
             raise ValueError(f"parameter file {path} looks like a plain run config (top-level '{key}: "
                              f"{section}'), the file `opolo-ros train --config` takes; a launch or a "
                              "node program needs a ROS 2 parameter file (<node or /**>: {ros__parameters: "
                              "{...}}, e.g. config/inverted_pendulum.yaml)")
-        if str(key) == "ros__parameters":
-            raise ValueError(f"parameter file {path}: 'ros__parameters' at the top level: a node name "
-                             "(or /**) must come before it, <node>: {ros__parameters: {name: value}}")
-        _read_section(path, str(key), section, out)
-    return out
-
-
-def _read_section(path: Path, key: str, section: Any, out: dict[str, Any],
-                  inside: tuple[int, ...] = ()) -> None:
-    """One node's (or namespace's) section into `out`, as rcl reads it: ``ros__parameters`` holds the
-    parameters, any other key names a node or namespace below (``robot1: {actor: {ros__parameters:
-    ...}}`` is ``robot1/actor``). What rcl refuses is an error here too, never silently skipped: a
-    value outside ``ros__parameters`` (a misspelt ``ros__parameters`` above all). `inside`: the
-    sections above (a YAML alias may make a section hold itself)."""
-    if not isinstance(section, Mapping):
-        raise ValueError(f"parameter file {path}: '{key}' is {short_repr(section)}, outside any "
-                         "'ros__parameters' (rcl refuses the file): a node's section is "
-                         "<node>: {ros__parameters: {name: value}}")
-    if id(section) in inside:
-        raise ValueError(f"parameter file {path}: section '{key}' holds itself (a YAML alias)")
-    for name, value in section.items():
-        name = str(name)
-        if name == "ros__parameters":
-            if not isinstance(value, Mapping):
-                empty = " (give {} for none, or leave the section out)" if value is None else ""
-                raise ValueError(f"parameter file {path}: '{key}' must hold a 'ros__parameters' mapping "
-                                 f"(a ROS 2 parameter file), got {short_repr(value)}{empty}")
-            _check_section_name(path, key)
-            node = key.rsplit("/", 1)[-1]
-            close = difflib.get_close_matches(node, NODE_CLASSES, n=1, cutoff=0.8)
-            if node != "**" and node not in NODE_CLASSES and close:  # other nodes' sections are fine
-                raise ValueError(f"parameter file {path}: section '{key}' names no opolo_ros node; did you "
-                                 f"mean '{close[0]}'? (nodes: {', '.join(NODE_CLASSES)})")
-            out[key] = value
-        elif difflib.get_close_matches(name, ["ros__parameters"], n=1, cutoff=0.75):
-            raise ValueError(f"parameter file {path}: section '{key}' holds '{name}', not 'ros__parameters' "
-                             "(two underscores; its parameters would reach no node)")
-        else:
-            _read_section(path, f"{key}/{name}", value, out, (*inside, id(section)))
-
-
-def _check_section_name(path: Path, key: str) -> None:
-    """rcl's rule for a section's node name: tokens of letters, digits and '_', or a whole-token
-    wildcard (``*`` one token, ``**`` any number); rcl refuses a partial one such as ``r*``."""
-    for token in key.strip("/").split("/"):
-        if token not in ("*", "**") and not re.fullmatch(r"[A-Za-z0-9_]+", token):
-            hint = (" (a wildcard is a whole name token, * or **; rcl refuses a partial one)" if "*" in token
-                    else " (rcl allows letters, digits and '_' in a node or namespace name)")
-            raise ValueError(f"parameter file {path}: section '{key}' has the name token '{token}'{hint}")
+    return parameter_sections(data, path)
 
 
 @functools.cache
@@ -253,23 +201,6 @@ def package_parameter_names() -> frozenset[str]:
     return frozenset().union(*(declared_parameters(e) for e in NODE_CLASSES))
 
 
-def own_sections(name: str, namespace: str = "") -> list[str]:
-    """The sections of a parameter file that name node `name` in `namespace` (not ``/**``), in the
-    order a later one overrides an earlier one."""
-    ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
-    keys = [f"/**/{name}", name, f"/{name}"]
-    if ns:
-        keys += [f"{ns}/{name}", f"{ns.lstrip('/')}/{name}"]
-    return keys
-
-
-def wildcard_match(key: str, fqn: str) -> bool:
-    """Whether section `key` of a parameter file names node `fqn` (``/ns/name``) as rcl's wildcards
-    do: ``/*`` one name token, ``/**`` any number of them (``/robot1/**``, ``/*/actor``, ``/**``)."""
-    pattern = re.escape("/" + key.strip("/")).replace(r"/\*\*", r"(/\w+)*").replace(r"/\*", r"(/\w+)")
-    return re.fullmatch(pattern, fqn) is not None
-
-
 def node_parameters(params_file: str | Path | None, name: str, namespace: str = "",
                     executable: str | None = None, package_wide: bool = False) -> dict[str, Any]:
     """The flat (dotted) parameters a file gives node `name` in `namespace` (see module docstring).
@@ -285,20 +216,16 @@ def node_parameters(params_file: str | Path | None, name: str, namespace: str = 
         return {}
     sections = read_params_file(params_file)
     own = own_sections(name, namespace)
-    fqn = "/".join(["", *namespace.strip("/").split("/"), name]) if namespace.strip("/") else f"/{name}"
-    wildcards = [k for k in sections if "*" in k and k != "/**" and k not in own and wildcard_match(k, fqn)]
-    keys = ["/**", *wildcards, *own]
     executable = executable or name
     merged: dict[str, Any] = {}
-    for key in keys:
-        if key in sections:
-            flat = flatten(sections[key])
-            where = f"parameter file {params_file}, section '{key}'"
-            if key == "/**" or key in wildcards or package_wide:
-                check_parameter_names(flat, package_parameter_names(), where, "any opolo_ros node")
-            elif executable in NODE_CLASSES:
-                check_parameter_names(flat, declared_parameters(executable), where, f"the {executable} node")
-            merged.update(flat)
+    for key in sections_reaching(sections, name, namespace):
+        flat = flatten(sections[key])
+        where = f"parameter file {params_file}, section '{key}'"
+        if key not in own or package_wide:  # /** or a wildcard: any node's parameters
+            check_parameter_names(flat, package_parameter_names(), where, "any opolo_ros node")
+        elif executable in NODE_CLASSES:
+            check_parameter_names(flat, declared_parameters(executable), where, f"the {executable} node")
+        merged.update(flat)
     return merged
 
 

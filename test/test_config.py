@@ -124,6 +124,35 @@ def test_ros_parameter_file_gives_the_learner_section(tmp_path):
     # are not read by the direct loop (the launch checks them against those nodes).
 
 
+
+@pytest.mark.parametrize("text,match", [
+    # the launch refused these (rcl does) and `opolo-ros train` took them: a file that trained
+    # directly failed `make train`, or lost its section without a word
+    ("learner:\n  ros__parameters:\n", r"'learner' must hold a 'ros__parameters' mapping.*got None"),
+    ("/**:\n  ros__parameters: {seed: 1}\nlerner:\n  ros__parameters: {total_steps: 5}\n",
+     r"section 'lerner' names no opolo_ros node; did you mean 'learner'\?"),
+    ("/**:\n  ros__parameters: {seed: 1}\nlearner:\n  ros_parameters: {total_steps: 5}\n",
+     r"section 'learner' holds 'ros_parameters', not 'ros__parameters'"),
+    ("/**:\n  ros__parameters: {seed: 1}\n/l*:\n  ros__parameters: {total_steps: 5}\n",
+     r"name token 'l\*' \(a wildcard is a whole name token"),
+])
+def test_the_direct_loop_reads_parameter_files_as_the_launch_does(tmp_path, text, match):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_run_config(path)
+
+
+def test_wildcard_and_any_namespace_sections_reach_the_direct_loops_learner(tmp_path):
+    """As rcl gives them to a /learner node (and the launch to its learner): `/*` and `/**/learner`."""
+    path = tmp_path / "params.yaml"
+    path.write_text("/**:\n  ros__parameters: {seed: 1, total_steps: 7}\n"
+                    "/*:\n  ros__parameters: {seed: 2}\n"
+                    "/**/learner:\n  ros__parameters: {num_demos: 3}\n"
+                    "/robot1/*:\n  ros__parameters: {seed: 9}\n")
+    cfg = load_run_config(path)
+    assert (cfg.seed, cfg.total_steps, cfg.num_demos) == (2, 7, 3)
+
 def ros_file(tmp_path, sections: dict) -> Path:
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({k: {"ros__parameters": v} for k, v in sections.items()}))

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from opolo_ros.errors import short_repr
+from opolo_ros.params_file import is_parameter_file, own_sections, parameter_sections, sections_reaching
 
 ResidualMode = Literal["residual", "stop_gradient"]
 DoneMode = Literal["ignore", "terminal"]
@@ -323,36 +324,39 @@ def run_section(data: Any, path: Path | str = "<config>",
                 node_names: Collection[str] | None = None) -> Mapping[str, Any]:
     """The run-config mapping of a YAML document.
 
-    A plain mapping is a run config. A ROS 2 parameter file (`node: {ros__parameters: ...}`) gives the
-    merge of its `/**` section and its `learner` section, so one file per task serves both
-    `ros2 launch` and the direct loop. Their keys beyond the run config are checked, not ignored: the
-    learner section may hold the learner node's other parameters (:data:`LEARNER_PARAMETERS`), the
-    `/**` section (every node's) those of any node of the package (`node_names`: every parameter
-    the nodes declare, ``opolo_ros.launch_runner.package_parameter_names()``, which the callers above
-    the ROS-free layers pass in; None: `/**` keys beyond the learner's are not checked here); anything
-    else is refused with the closest known key (a typo must not change a run silently). Sections of
-    other nodes (sim_bridge, actor, ...) are not read here
-    (``opolo_ros.launch_runner.node_parameters`` checks them, `/**` too).
+    A plain mapping is a run config. A ROS 2 parameter file (`node: {ros__parameters: ...}`), read
+    as rcl reads it (:mod:`opolo_ros.params_file`: what rcl refuses is refused), gives the merge of
+    the sections that reach a `/learner` node (`/**`, a wildcard that matches it, `learner`,
+    `/learner`, `/**/learner`), so one file per task serves both `ros2 launch` and the direct loop.
+    Their keys beyond the run config are checked, not ignored: the learner's sections may hold the
+    learner node's other parameters (:data:`LEARNER_PARAMETERS`), `/**` and wildcards (every
+    node's) those of any node of the package (`node_names`: every parameter the nodes declare,
+    ``opolo_ros.launch_runner.package_parameter_names()``, which the callers above the ROS-free
+    layers pass in; None: their keys beyond the learner's are not checked here); anything else is
+    refused with the closest known key (a typo must not change a run silently). Sections of other
+    nodes (sim_bridge, actor, ...) are not read here (``opolo_ros.launch_runner.node_parameters``
+    checks them).
     """
     if not isinstance(data, Mapping):
         raise ValueError(f"config file {path}: expected a mapping at the top level")
+    param_file = is_parameter_file(data)
     for node in RUN_SECTIONS:  # a parameter-file section of another shape: say so, not "unknown key"
-        section = data.get(node)
-        if node in data and not (isinstance(section, Mapping) and "ros__parameters" in section):
+        section = data.get(node)  # (a mapping in a parameter file: its reader names what is wrong)
+        shaped = isinstance(section, Mapping) and ("ros__parameters" in section or param_file)
+        if node in data and not shaped:
             raise ValueError(f"config file {path}: section '{node}' must hold a 'ros__parameters' mapping "
                              f"(a ROS 2 parameter file), got {short_repr(section)}")
-    if not any(isinstance(v, Mapping) and "ros__parameters" in v for v in data.values()):
+    if not param_file:
         return data
+    sections = parameter_sections(data, path)  # what rcl refuses is refused here too
+    own = own_sections(RUN_NODE)
     merged: dict[str, Any] = {}
     known = {f.name for f in dataclasses.fields(RunConfig)}
     learner = learner_parameter_names()
-    for node in RUN_SECTIONS:
-        params = (data.get(node) or {}).get("ros__parameters") or {}
-        if not isinstance(params, Mapping):
-            raise ValueError(f"config file {path}: '{node}.ros__parameters' must be a mapping")
-        flat = flatten(params)
-        where = f"config file {path}, section '{node}'"
-        if node == "/**":  # every node's: the run config's keys, or any node's parameters
+    for key in sections_reaching(sections, RUN_NODE):
+        flat = flatten(sections[key])
+        where = f"config file {path}, section '{key}'"
+        if key not in own:  # /** (or a wildcard), every node's: the run config's keys, or any node's
             check_parameter_names([k for k in flat if k.split(".")[0] in known], learner, where,
                                   f"the {RUN_NODE} node")
             others = [k for k in flat if k.split(".")[0] not in known and k not in learner]
