@@ -951,7 +951,7 @@ def test_a_stop_checkpoint_leaves_the_replay_to_the_last_full_one_and_the_journa
     generator = a.replay.generator.get_state()
     a.close()
 
-    with pytest.raises(CheckpointError, match="resume with journal:=true"):
+    with pytest.raises(CheckpointError, match="resume with the learner.s journal: true .*-p journal:=true"):
         trainer(journal=False)
     b = trainer()
     assert b.step == 50 and (b.replay.pos, len(b.replay), b.replay.total_added) == counts == (49, 49, 49)

@@ -201,14 +201,17 @@ class StreamTrainer:
             if self._light_replay is not None:
                 raise CheckpointError(f"checkpoint {self.checkpoint_path} was written at a stop without its "
                                       "replay buffer, which replay_base.pt and the replay journal hold: "
-                                      "resume with journal:=true")
+                                      "resume with the learner's journal: true (a task file's learner "
+                                      "section, or -p journal:=true to the learner program)")
             beyond = [rec for rec in read_records(self.journal_path) if rec.end_step > self.step]
             if resume and beyond:  # a crash before: deleting it would lose acknowledged transitions
                 n = sum(rec.end_step - max(rec.first_step, self.step) for rec in beyond)
                 raise CheckpointError(f"the replay journal {self.journal_path} holds {n} transitions after "
                                       f"the checkpoint (step {self.step}) the run has not trained on (a "
                                       "crash after acknowledging them, or a stop inside a batch): resume "
-                                      "with journal:=true to train on them, or delete the file to go on "
+                                      "with the learner's journal: true (a task file's learner section, or "
+                                      "-p journal:=true to the learner program) to train on them, or "
+                                      "delete the file to go on "
                                       "without them")
             self.journal_path.unlink(missing_ok=True)  # a stale one must never be replayed later
             return []
