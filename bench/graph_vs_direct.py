@@ -23,7 +23,9 @@ parity
     a summary (final and per-step mean returns; per run the mean return over its evaluations, and an
     exact permutation test of graph against direct on those) to ``--out``/parity.json. Runs already
     finished in ``--out`` are reused, so the work can be split over processes (``--systems``,
-    ``--seeds``).
+    ``--seeds``). ``graph2`` is the graph with a second bridge + actor pair in namespace robot2
+    (its seed + 1000), both feeding the one learner (README, "More than one bridge"); its
+    ``total_steps`` count the transitions of both.
 
         .venv/bin/python bench/graph_vs_direct.py parity --seeds 0 1 2 --total-steps 10000 \
             --eval-every 1000 --out bench/results/parity_ip
@@ -32,6 +34,7 @@ parity
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -56,6 +59,7 @@ from opolo_ros.train.direct import DirectTrainer  # noqa: E402
 from opolo_ros.train.logger import RunLogger  # noqa: E402
 
 DEFAULT_CONFIG = ROOT / "config" / "inverted_pendulum.yaml"
+SYSTEMS = ("direct", "graph", "graph2")  # parity: graph2 is the graph with a second bridge + actor pair
 
 
 def write_params(config: Path, out: Path, learner: dict) -> Path:
@@ -173,8 +177,13 @@ def run_direct(params: Path, demos: str, seed: int, run_dir: Path) -> None:
     train_direct(cfg, resume=False)
 
 
-def run_graph(params: Path, demos: str, seed: int, run_dir: Path, domain_id: int) -> None:
-    with GraphRunner(graph_specs(params, demos, seed, run_dir), domain_id) as graph:
+def run_graph(params: Path, demos: str, seed: int, run_dir: Path, domain_id: int, bridges: int = 1) -> None:
+    specs = graph_specs(params, demos, seed, run_dir)
+    for k in range(1, bridges):  # each further pair in its own namespace, with its own seed
+        specs += [dataclasses.replace(s, namespace=f"robot{k + 1}",
+                                      parameters={**s.parameters, "seed": seed + 1000 * k})
+                  for s in specs if s.executable in ("sim_bridge", "actor") and not s.namespace]
+    with GraphRunner(specs, domain_id) as graph:
         graph.spin_until(graph.done)
         if graph.nodes["learner"].error is not None:
             raise RuntimeError(graph.nodes["learner"].error)
@@ -219,11 +228,12 @@ def parity(args: argparse.Namespace) -> dict:
             if system == "direct":
                 run_direct(params, demos, seed, run_dir)
             else:
-                run_graph(params, demos, seed, run_dir, domain)
+                run_graph(params, demos, seed, run_dir, domain, bridges=2 if system == "graph2" else 1)
             (run_dir / "wall_s.txt").write_text(f"{time.perf_counter() - t0:.1f}\n")
             print(f"{system} seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
     groups = {s: [out / f"{s}_seed{k}" / "eval.csv" for k in args.seeds
-                  if (out / f"{s}_seed{k}" / "eval.csv").is_file()] for s in ("direct", "graph")}
+                  if (out / f"{s}_seed{k}" / "eval.csv").is_file()] for s in SYSTEMS}
+    groups = {s: files for s, files in groups.items() if files}
     summary: dict = {"config": str(args.config), "env_id": cfg.env_id, "total_steps": cfg.total_steps,
                      "seeds": args.seeds, "eval_episodes": cfg.eval_episodes, "runs": {}}
     for files in groups.values():
@@ -237,11 +247,13 @@ def parity(args: argparse.Namespace) -> dict:
             summary[f"{system}_final_std"] = statistics.pstdev(finals)
     areas = {system: [statistics.mean(r["return_mean"] for r in RunLogger.read_evaluations(f)) for f in files]
              for system, files in groups.items()}
-    if all(len(a) >= 2 for a in areas.values()):
-        summary["mean_over_evaluations"] = {k: [round(x, 1) for x in v] for k, v in areas.items()}
-        summary["permutation_p"] = permutation_p(areas["direct"], areas["graph"])
-    if all(groups.values()):
-        plot_curves({k: v for k, v in groups.items()}, out / "parity.png",
+    summary["mean_over_evaluations"] = {k: [round(x, 1) for x in v] for k, v in areas.items()}
+    for other in ("graph", "graph2"):
+        if len(areas.get("direct", [])) >= 2 and len(areas.get(other, [])) >= 2:
+            key = "permutation_p" if other == "graph" else f"permutation_p_{other}"
+            summary[key] = permutation_p(areas["direct"], areas[other])
+    if len(groups) >= 2:
+        plot_curves(groups, out / "parity.png",
                     title=f"{cfg.env_id}: ROS graph vs direct loop ({len(args.seeds)} seeds)")
     return summary
 
@@ -261,7 +273,7 @@ def main() -> int:
     q.add_argument("--config", default=str(DEFAULT_CONFIG))
     q.add_argument("--demos", default="")
     q.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    q.add_argument("--systems", nargs="+", default=["direct", "graph"], choices=["direct", "graph"])
+    q.add_argument("--systems", nargs="+", default=["direct", "graph"], choices=SYSTEMS)
     q.add_argument("--total-steps", dest="total_steps", type=int, default=0)
     q.add_argument("--eval-every", dest="eval_every", type=int, default=1000)
     q.add_argument("--eval-episodes", dest="eval_episodes", type=int, default=10)

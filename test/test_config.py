@@ -41,6 +41,15 @@ def test_yaml_and_overrides(tmp_path):
     ("schedule:\n  warmup_steps: 5\nseed: 1\nschedule:\n  batch_size: 8\n",  # the first block dropped
      r"duplicate key 'schedule' \(line 4\)"),
     ("/**:\n  ros__parameters: {seed: 1}\nlearner: [1]\n", "section 'learner' must hold a 'ros__parameters'"),
+    # the launch refused these (rcl does) and `opolo-ros train` took them: a file that trained
+    # directly failed `make train`, or lost its section without a word
+    ("learner:\n  ros__parameters:\n", r"'learner' must hold a 'ros__parameters' mapping.*got None"),
+    ("/**:\n  ros__parameters: {seed: 1}\nlerner:\n  ros__parameters: {total_steps: 5}\n",
+     r"section 'lerner' names no opolo_ros node; did you mean 'learner'\?"),
+    ("/**:\n  ros__parameters: {seed: 1}\nlearner:\n  ros_parameters: {total_steps: 5}\n",
+     r"section 'learner' holds 'ros_parameters', not 'ros__parameters'"),
+    ("/**:\n  ros__parameters: {seed: 1}\n/l*:\n  ros__parameters: {total_steps: 5}\n",
+     r"name token 'l\*' \(a wildcard is a whole name token"),
 ])
 def test_bad_yaml_gives_clear_errors(tmp_path, text, match):
     p = tmp_path / "bad.yaml"
@@ -123,24 +132,6 @@ def test_ros_parameter_file_gives_the_learner_section(tmp_path):
     # The learner node's own parameters (policy_every) are no run-config keys; other nodes' sections
     # are not read by the direct loop (the launch checks them against those nodes).
 
-
-
-@pytest.mark.parametrize("text,match", [
-    # the launch refused these (rcl does) and `opolo-ros train` took them: a file that trained
-    # directly failed `make train`, or lost its section without a word
-    ("learner:\n  ros__parameters:\n", r"'learner' must hold a 'ros__parameters' mapping.*got None"),
-    ("/**:\n  ros__parameters: {seed: 1}\nlerner:\n  ros__parameters: {total_steps: 5}\n",
-     r"section 'lerner' names no opolo_ros node; did you mean 'learner'\?"),
-    ("/**:\n  ros__parameters: {seed: 1}\nlearner:\n  ros_parameters: {total_steps: 5}\n",
-     r"section 'learner' holds 'ros_parameters', not 'ros__parameters'"),
-    ("/**:\n  ros__parameters: {seed: 1}\n/l*:\n  ros__parameters: {total_steps: 5}\n",
-     r"name token 'l\*' \(a wildcard is a whole name token"),
-])
-def test_the_direct_loop_reads_parameter_files_as_the_launch_does(tmp_path, text, match):
-    path = tmp_path / "params.yaml"
-    path.write_text(text)
-    with pytest.raises(ValueError, match=match):
-        load_run_config(path)
 
 
 def test_wildcard_and_any_namespace_sections_reach_the_direct_loops_learner(tmp_path):
