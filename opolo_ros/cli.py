@@ -37,7 +37,7 @@ def _node_parameter_names() -> frozenset[str] | None:
     """Every parameter the package's nodes declare (what a task file's `/**` section may set); None
     without rclpy, where the nodes cannot be imported: those keys are then not checked."""
     try:
-        from opolo_ros.launch_runner import package_parameter_names
+        from opolo_ros.nodes.parameters import package_parameter_names
 
         return package_parameter_names()
     except ImportError:

@@ -79,10 +79,10 @@ def test_an_interrupt_that_comes_out_of_a_native_import_as_another_error_is_stat
             raise ImportError("initialization failed") from None  # ... which the extension turns into this
         return frozenset()
 
-    import opolo_ros.launch_runner as lr
+    import opolo_ros.nodes.parameters as parameters
 
     monkeypatch.setattr(signals, "_interrupted", threading.Event())
-    monkeypatch.setattr(lr, "package_parameter_names", native_import)
+    monkeypatch.setattr(parameters, "package_parameter_names", native_import)
     train = argparse.Namespace(command="train", func=lambda _args: (cli._node_parameter_names(), 0)[1])
     status = cli.run(train)  # 0 if the ImportError were taken for a missing rclpy
     assert status == 130

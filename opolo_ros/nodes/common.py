@@ -200,7 +200,7 @@ def check_params_files(args: list[str], executable: str) -> None:
     give every node the shared parameters too. The node name and namespace are those of
     ``-r __node:=`` and ``-r __ns:=`` when given. Then the ``-p`` arguments
     (:func:`check_param_arguments`)."""
-    from opolo_ros.launch_runner import node_parameters
+    from opolo_ros.nodes.parameters import node_parameters
 
     args = ros_arguments(args)
     name, namespace = executable, ""
@@ -263,7 +263,7 @@ def check_param_arguments(args: list[str], executable: str, name: str, namespace
     is checked when it names this node outside a namespace; rcl matches it otherwise by rules of
     its own (it is left to rcl)."""
     from opolo_ros.algo.config import check_parameter_names
-    from opolo_ros.launch_runner import NODE_CLASSES, declared_parameters
+    from opolo_ros.nodes.parameters import NODE_CLASSES, declared_parameters
 
     if executable not in NODE_CLASSES:
         return
@@ -294,7 +294,7 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
 
     argv = sys.argv if args is None else args
     if {"-h", "--help"} & (set(argv[1:]) - set(ros_arguments(argv))):  # the program's own, not rcl's
-        from opolo_ros.launch_runner import node_help
+        from opolo_ros.nodes.parameters import node_help
 
         print(node_help(default_node_name(factory)))  # it started the node with its defaults
         return 0
