@@ -156,6 +156,18 @@ def test_serialized_policy_decoder_raises_only_message_error(data: bytes) -> Non
     assert policy.model and policy.version >= 0
 
 
+@FUZZ
+@given(data=serialized())
+def test_the_learners_replay_peek_raises_only_message_error(data: bytes) -> None:
+    """``replay_origin`` reads (source, seq) in the learner's subscription callback, before the
+    worker reads the batch in full: on any bytes it raises nothing but MessageError."""
+    try:
+        source, seq = m.replay_origin(data)
+    except m.MessageError:
+        return
+    assert 0 <= source <= m.UINT32_MAX and 0 <= seq <= m.UINT32_MAX
+
+
 # ------------------------------------------------------------------------------------ callbacks
 
 @pytest.fixture(scope="module")

@@ -505,6 +505,7 @@ class FakeLearner:
         node, self.executor = ros_node("fake_learner")
         self.received: list[m.ReplayBatch] = []
         self.acks: dict[int, m.SourceAck] = {}
+        self.holding: dict[int, int] = {}  # source -> newest seq received with all before it
         self.paused = False
         node.create_subscription(Float32MultiArray, "/opolo/replay",
                                  lambda msg: self.received.append(m.msg_to_replay(msg)), qos_for("replay"))
@@ -517,7 +518,8 @@ class FakeLearner:
 
     def publish_progress(self) -> None:
         transitions = sum(a.transitions for a in self.acks.values())
-        self.progress.publish(m.progress_to_msg(m.LearnerProgress(0, transitions, dict(self.acks))))
+        self.progress.publish(m.progress_to_msg(m.LearnerProgress(0, transitions, dict(self.acks),
+                                                                  dict(self.holding))))
 
     def seqs(self) -> list[int]:
         return [b.seq for b in self.received]
@@ -552,6 +554,63 @@ def test_bridge_resends_a_batch_the_learner_never_got(ros_domain_id, ros_node):
         learner.acks[first.source] = m.SourceAck(0, 1)
         assert spin_until(executors, lambda: 1 in learner.seqs(), 5.0)
         assert bridge.sent >= 2
+
+
+def test_bridge_does_not_resend_what_a_busy_learner_holds(ros_domain_id, ros_node):
+    """A learner still training on earlier batches (or on another bridge's) has this bridge's
+    unacknowledged batches in its queue and says so in its progress: the acknowledgement stalls,
+    yet nothing is sent again (every batch went twice to a learner slower than learner_timeout_s:
+    693 duplicates in one 20k-step run of two bridges on a loaded machine). Once it says it lacks
+    them (a restarted learner), they are sent again."""
+    learner = FakeLearner(ros_node)
+    with GraphRunner([flow_bridge(max_ahead=3, replay_batch=1)], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        executors = [graph.executor, learner.executor]
+        assert spin_until(executors, lambda: len(set(learner.seqs())) >= 3, 20.0)
+        source = learner.received[0].source
+        learner.acks[source] = m.SourceAck(0, 1)
+        assert spin_until(executors, lambda: bridge.acked == 1 and len(bridge._unacked) >= 2, 5.0)
+        spin_for(executors, 0.3)
+        unacked = [seq for seq, _, _ in bridge._unacked]
+        learner.holding[source] = unacked[-1]  # all of them queued at the learner
+        spin_for(executors, 0.3)  # (a re-send under way before the learner said so)
+        resent, copies = bridge.resent, len(learner.received)
+        spin_for(executors, 2.0)  # four learner_timeout_s without an acknowledgement
+        assert bridge.resent == resent and len(learner.received) == copies, "sent the held batches again"
+        learner.holding[source] = 0  # a learner that lacks them
+        assert spin_until(executors, lambda: all(learner.seqs().count(seq) >= 2 for seq in unacked), 5.0), \
+            "no re-send"
+
+
+def test_the_learners_progress_says_which_batches_it_holds(tmp_path, ros_domain_id):
+    """Batches that wait in the learner's queue (its worker busy: here, waiting for demonstrations)
+    count as received, up to the first one missing; the progress published after a batch and the
+    one re-published every second carry it, beside the unchanged acknowledgement."""
+    from rclpy.serialization import serialize_message
+
+    spec = NodeSpec("learner", "learner", parameters={"env_id": ENV, "num_demos": 100, "demo_settle_s": 1e6,
+                                                      "run_dir": str(tmp_path / "run"), "progress": False})
+    rows = np.zeros((2, 4))
+    flags = np.zeros(2)
+
+    def batch(seq: int) -> bytes:
+        return serialize_message(m.replay_to_msg(rows, rows[:, :1], rows, flags, flags, flags, seq=seq,
+                                                 source=5))
+
+    with GraphRunner([spec], ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        sent: list = []
+        learner.progress_pub = type("Capture", (), {"publish": lambda _self, msg: sent.append(msg)})()
+        learner.trainer.acks[5] = m.SourceAck(0, 2)  # batch 0 consumed (as if from a checkpoint)
+        for seq in (1, 2, 4):
+            learner._on_replay(batch(seq))
+        learner._on_replay(b"\x00\x01 not a batch")  # left to the worker, which rejects it
+        learner._publish_progress()
+        assert m.msg_to_progress(sent[-1]).received == {5: 2}  # 3 is missing
+        learner._on_replay(batch(3))
+        learner._republish_progress()
+        progress = m.msg_to_progress(sent[-1])
+        assert progress.received == {5: 4} and progress.acks == {5: m.SourceAck(0, 2)}
 
 
 def test_bridge_resends_to_a_learner_that_comes_back(ros_domain_id, ros_node):

@@ -91,3 +91,29 @@ def test_timeout_zero_never_waits():
     for bad in (-1.0, float("nan"), float("inf")):  # NaN: a gap would be waited for for ever
         with pytest.raises(ValueError, match="timeout"):
             ReorderBuffer(bad, {}.get)
+
+
+def test_received_seqs_report_what_came_with_everything_before_it():
+    """What a learner holds of each source (consumed or queued), for its progress: a gap holds the
+    count back until it fills, so a bridge re-sends from the first missing batch."""
+    from opolo_ros.train.reorder import ReceivedSeqs
+
+    acked: dict[int, int] = {1: 4}  # source 1: batches up to 4 consumed (a resumed learner)
+    seen = ReceivedSeqs(acked.get)
+    for seq in (5, 6, 8, 9):
+        seen.add(1, seq)
+    assert seen.snapshot() == {1: 6}  # 7 is missing: 8 and 9 do not count yet
+    seen.add(1, 7)
+    assert seen.snapshot() == {1: 9}
+    seen.add(1, 3)  # a re-sent batch consumed long ago
+    assert seen.snapshot() == {1: 9}
+    seen.add(2, 12)  # a source new to the learner starts the count where it comes in
+    seen.add(2, 13)
+    assert seen.snapshot() == {1: 9, 2: 13}
+    seen.add(2, 0)  # that bridge restarted without a learner to go on from: a new count
+    assert seen.snapshot()[2] == 0
+    acked[1] = 20  # the acknowledgement passed what came here (a restarted learner's journal)
+    seen.add(1, 22)
+    assert seen.snapshot()[1] == 20
+    seen.add(1, 21)
+    assert seen.snapshot()[1] == 22

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+import dataclasses
 import math
 import os
 import subprocess
@@ -143,6 +145,17 @@ def test_progress_round_trip() -> None:
     assert m.msg_to_progress(m.progress_to_msg(progress)) == progress
     empty = m.LearnerProgress(gradient_steps=0, transitions=0)
     assert m.msg_to_progress(m.progress_to_msg(empty)) == empty
+    # what the learner holds beyond its acknowledgement (queued batches): a fourth column
+    holding = dataclasses.replace(progress, received={7: 3})
+    msg = m.progress_to_msg(holding)
+    assert [(d.label, d.size) for d in msg.layout.dim] == [("sources", 2), ("ack", 4)]
+    assert m.msg_to_progress(msg) == holding
+    # rows of three (a learner from before that column): nothing held beyond the acknowledgement
+    old = m.progress_to_msg(progress)
+    rows = np.asarray(old.data[2:]).reshape(2, 4)[:, :3]
+    old.data = array.array("q", [*old.data[:2], *rows.ravel().tolist()])
+    old.layout.dim[0].stride, old.layout.dim[1].size, old.layout.dim[1].stride = 6, 3, 3
+    assert m.msg_to_progress(old) == progress
 
 
 def test_joint_state_to_obs_reorders_and_scales() -> None:
@@ -218,10 +231,14 @@ REJECTIONS = [
                                                                       stride=6)]),
                      data=b"\x08\x01onnx"),
      "labelled"),
-    ("progress rows", m.msg_to_progress, _with(PROGRESS_MSG, d0_size=2, d0_stride=6), "elements"),
-    ("progress negative", m.msg_to_progress, _with(PROGRESS_MSG, data=[5, -6, 1, 2, 6]), "negative"),
+    ("progress rows", m.msg_to_progress, _with(PROGRESS_MSG, d0_size=2, d0_stride=8), "elements"),
+    ("progress negative", m.msg_to_progress, _with(PROGRESS_MSG, data=[5, -6, 1, 2, 6, 2]), "negative"),
     ("progress duplicate", m.msg_to_progress,
-     _with(PROGRESS_MSG, d0_size=2, d0_stride=6, data=[5, 6, 1, 2, 3, 1, 2, 3]), "duplicate"),
+     _with(PROGRESS_MSG, d0_size=2, d0_stride=8, data=[5, 6, 1, 2, 3, 2, 1, 2, 3, 2]), "duplicate"),
+    ("progress received below ack", m.msg_to_progress, _with(PROGRESS_MSG, data=[5, 6, 1, 2, 6, 1]),
+     "received seq below"),
+    ("progress ack width", m.msg_to_progress, _with(PROGRESS_MSG, d0_stride=5, d1_size=5, d1_stride=5,
+                                                    data=[5, 6, 1, 2, 6, 2, 0]), "expected 3 or 4"),
 ]
 
 
@@ -419,7 +436,7 @@ def plausible(draw):
 
 
 DECODERS = [m.msg_to_observation, m.msg_to_action, m.msg_to_replay, m.msg_to_demonstration,
-            m.msg_to_policy, m.msg_to_progress]
+            m.msg_to_policy, m.msg_to_progress, m.replay_origin]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

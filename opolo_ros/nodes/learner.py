@@ -53,6 +53,7 @@ them to the policy's [-1, 1] units with the task's action bounds.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import queue
 import threading
@@ -88,7 +89,7 @@ from opolo_ros.ros.subscribe import subscribe
 from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature
 from opolo_ros.train.checkpoint import CheckpointError, CheckpointWriteError, TrainingDiverged
 from opolo_ros.train.direct import TrainResult
-from opolo_ros.train.reorder import ReorderBuffer
+from opolo_ros.train.reorder import ReceivedSeqs, ReorderBuffer
 from opolo_ros.train.runlock import RunFolderInUse
 from opolo_ros.train.stream import StreamHooks, StreamTrainer
 
@@ -129,8 +130,9 @@ class Learner(FinishableNode):
         self._demos_taken = False  # the worker took its demonstrations: later ones are not used
         self._demo_last = 0.0
         self._replay_queue: queue.Queue[Float32MultiArray | bytes] = queue.Queue()
+        self._received = ReceivedSeqs(lambda source: getattr(self.trainer.acks.get(source), "seq", None))
         self._progress_lock = threading.Lock()
-        self._progress_msg: Int64MultiArray | None = None
+        self._progress: m.LearnerProgress | None = None  # the last published (its acks journalled)
         self.run_folder_taken = threading.Event()  # set once the run folder is locked and resumed
 
         self.policy_pub = self.create_publisher(UInt8MultiArray, p["policy_topic"], qos_for("policy"))
@@ -211,11 +213,17 @@ class Learner(FinishableNode):
 
     def _on_replay(self, msg: Float32MultiArray | bytes) -> None:
         self._replay_queue.put(msg)
+        try:  # what is received, told in the progress: a bridge need not send a queued batch again
+            self._received.add(*m.replay_origin(msg))
+        except m.MessageError:
+            pass  # the worker reads it in full: rejected there, counted and logged
 
     def _republish_progress(self) -> None:
         with self._progress_lock:  # publishing under the lock too: never an older message after a newer
-            if self._progress_msg is not None:
-                self.progress_pub.publish(self._progress_msg)
+            if self._progress is not None:  # the same acknowledgements, what is received by now
+                received = self._received.snapshot()
+                self.progress_pub.publish(m.progress_to_msg(dataclasses.replace(self._progress,
+                                                                                received=received)))
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
@@ -355,9 +363,10 @@ class Learner(FinishableNode):
     # ------------------------------------------------------------------ outputs
     def _publish_progress(self) -> None:
         t = self.trainer
-        msg = m.progress_to_msg(m.LearnerProgress(t.learner.critic_steps, t.step, dict(t.acks)))
+        progress = m.LearnerProgress(t.learner.critic_steps, t.step, dict(t.acks), self._received.snapshot())
+        msg = m.progress_to_msg(progress)
         with self._progress_lock:
-            self._progress_msg = msg
+            self._progress = progress
             self.progress_pub.publish(msg)
 
     def _publish_policy(self, path: Path, version: int) -> None:

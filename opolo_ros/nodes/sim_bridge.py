@@ -47,7 +47,10 @@ Lock-step (``mode: lockstep``, training)
     keeps coming (at most once per ``learner_timeout_s``), so a re-send that was lost anyway, or a
     learner back within ``learner_timeout_s``, cannot leave the two waiting on each other. The
     learner consumes each bridge's batches in ``seq`` order: one that arrives after a gap waits
-    there (its ``replay_gap_timeout_s``) for the re-sent ones before it.
+    there (its ``replay_gap_timeout_s``) for the re-sent ones before it. Its progress also says
+    which batches it holds already, received with every one before them but not trained on yet
+    (a busy learner, or one that several bridges feed): those are never sent again, so a slow
+    learner is not sent its whole queue a second time every ``learner_timeout_s``.
 
 Real time (``mode: realtime``)
     A wall-clock timer steps the simulation at ``rate_hz`` (default: the task's control rate),
@@ -191,6 +194,7 @@ class SimBridge(FinishableNode):
         self._unacked: deque[tuple[int, Float32MultiArray, int]] = deque()
         self._last_progress = time.monotonic()
         self._last_ack_move = self._last_progress  # when the ack last moved, or batches were re-sent
+        self._learner_has = -1  # newest seq the learner holds with all before it (its progress)
         self._returned = 0.0  # > 0: the learner came back after this much silence; re-send is due
         self.started = False
         self._learner_seen = False
@@ -332,7 +336,10 @@ class SimBridge(FinishableNode):
         silent, self._last_progress = now - self._last_progress, now
         if ack is not None and ack.seq < self.acked_seq:
             ack = None  # older than one already taken (a message that was overtaken): nothing new
+        if self.source not in progress.acks:
+            self._learner_has = -1  # a learner that does not know this bridge (yet): holds none
         if ack is not None:
+            self._learner_has = progress.received.get(self.source, ack.seq)
             if ack.transitions < self.acked:  # a newer batch, a lower count: a learner counting anew
                 self._rebase(ack)
             self.acked_seq = ack.seq
@@ -439,7 +446,8 @@ class SimBridge(FinishableNode):
 
     def _stalled(self, now: float) -> bool:
         """Unacknowledged batches, and no acknowledgement for `learner_timeout` (see docstring)."""
-        return bool(self._unacked) and now - self._last_ack_move > self.learner_timeout
+        return (bool(self._unacked) and now - self._last_ack_move > self.learner_timeout
+                and self._unacked[-1][0] > self._learner_has)  # not all in the learner's queue
 
     def due_version(self) -> int:
         """The policy version the actor needs before this bridge's next step (see module docstring)."""
@@ -563,12 +571,14 @@ class SimBridge(FinishableNode):
         self.replay_pub.publish(msg)
 
     def _resend(self) -> int:
-        """Publish the unacknowledged batches again, oldest first (the learner drops duplicates)."""
-        for _, msg, _ in self._unacked:
+        """Publish the unacknowledged batches again, oldest first (the learner drops duplicates),
+        but for those the learner says it holds already (received, queued for training)."""
+        again = [msg for seq, msg, _ in self._unacked if seq > self._learner_has]
+        for msg in again:
             self.replay_pub.publish(msg)
-        self.resent += len(self._unacked)
+        self.resent += len(again)
         self._last_ack_move = time.monotonic()  # at most once per learner_timeout
-        return len(self._unacked)
+        return len(again)
 
     def _publish_joint_states(self) -> None:
         data = self.env.unwrapped.data

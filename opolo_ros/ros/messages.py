@@ -41,9 +41,12 @@ policy                 ``UInt8MultiArray``; shape dim ``[onnx(n_bytes)]``; metad
                        data = the ONNX model bytes.
 learner progress       ``Int64MultiArray``; ``data_offset = 2``, header ``[gradient_steps,
                        transitions]`` (transitions consumed from all sources); shape dims
-                       ``[sources(K), ack(3)]``, one row per replay source: ``[source, seq,
-                       transitions]`` = the newest batch ``seq`` consumed from that source and how
-                       many transitions it has delivered. K may be 0.
+                       ``[sources(K), ack(4)]``, one row per replay source: ``[source, seq,
+                       transitions, received]`` = the newest batch ``seq`` consumed from that
+                       source, how many transitions it has delivered, and the newest ``seq``
+                       received from it with every one before it (queued, not consumed yet: a
+                       bridge need not send those again). K may be 0. Rows of 3 (no received
+                       column) are read too.
 joint states           ``sensor_msgs/JointState``; turned into an observation by an
                        :class:`ObservationSpec` (joint order and fields of the policy).
 =====================  ================================================================================
@@ -97,6 +100,7 @@ ONNX_LABEL = "onnx"
 VERSION_LABEL = "version"
 SOURCES_LABEL = "sources"
 ACK_LABEL = "ack"
+ACK_WIDTH = 4  # [source, seq, transitions, received seq]
 JOINT_FIELDS = ("position", "velocity", "effort")
 
 
@@ -494,11 +498,15 @@ class LearnerProgress:
     gradient_steps: int
     transitions: int  # consumed from all sources
     acks: dict[int, SourceAck] = field(default_factory=dict)  # source id -> ack
+    # source id -> newest seq received with every one before it (queued, maybe not consumed yet);
+    # a source without an entry: its ack's seq
+    received: dict[int, int] = field(default_factory=dict)
 
 
 def progress_to_msg(progress: LearnerProgress) -> Int64MultiArray:
     """:class:`LearnerProgress` -> Int64MultiArray (header + [sources, ack] rows)."""
-    rows = [(_uint32("source", s), _uint32("seq", ack.seq), int(ack.transitions))
+    rows = [(_uint32("source", s), _uint32("seq", ack.seq), int(ack.transitions),
+             _uint32("received seq", max(progress.received.get(s, ack.seq), ack.seq)))
             for s, ack in sorted(progress.acks.items())]
     values = np.array([progress.gradient_steps, progress.transitions]
                       + [v for row in rows for v in row], dtype=np.int64)
@@ -507,31 +515,50 @@ def progress_to_msg(progress: LearnerProgress) -> Int64MultiArray:
     k = len(rows)
     msg = Int64MultiArray()
     msg.layout.data_offset = 2
-    msg.layout.dim = [_dim(SOURCES_LABEL, k, 3 * k), _dim(ACK_LABEL, 3, 3)]
+    msg.layout.dim = [_dim(SOURCES_LABEL, k, ACK_WIDTH * k), _dim(ACK_LABEL, ACK_WIDTH, ACK_WIDTH)]
     msg.data = array.array("q", values.tobytes())
     return msg
 
 
 def msg_to_progress(msg: Int64MultiArray) -> LearnerProgress:
-    """Int64MultiArray -> :class:`LearnerProgress`."""
+    """Int64MultiArray -> :class:`LearnerProgress`. Rows of 3 (a learner before the received
+    column) are read too: received is then the ack's seq."""
     what = "learner progress"
     _check_type(msg, Int64MultiArray, what)
     _expect_offset(what, msg, 2)
     dims = _dims(msg)
-    _expect_dims(what, dims, [(SOURCES_LABEL, None, None), (ACK_LABEL, 3, 3)])
-    k = dims[0][1]
-    _expect_dims(what, dims[:1], [(SOURCES_LABEL, k, 3 * k)])
+    _expect_dims(what, dims, [(SOURCES_LABEL, None, None), (ACK_LABEL, None, None)])
+    k, width = dims[0][1], dims[1][1]
+    if width not in (3, ACK_WIDTH):
+        raise MessageError(f"{what}: dim 'ack' has size {width}, expected 3 or {ACK_WIDTH}")
+    _expect_dims(what, dims, [(SOURCES_LABEL, k, width * k), (ACK_LABEL, width, width)])
     data = _read(msg.data, np.int64, what)
-    _expect_len(what, data, 2 + 3 * k)
+    _expect_len(what, data, 2 + width * k)
     if (data < 0).any():
         raise MessageError(f"{what}: negative count")
-    rows = data[2:].reshape(k, 3)
-    if (rows[:, :2] > UINT32_MAX).any():
+    rows = data[2:].reshape(k, width)
+    if (rows[:, :2] > UINT32_MAX).any() or (rows[:, 3:] > UINT32_MAX).any():
         raise MessageError(f"{what}: source id or seq exceeds uint32")
-    acks = {int(s): SourceAck(int(q), int(t)) for s, q, t in rows.tolist()}
+    acks = {int(row[0]): SourceAck(int(row[1]), int(row[2])) for row in rows.tolist()}
     if len(acks) != k:
         raise MessageError(f"{what}: duplicate source ids")
-    return LearnerProgress(gradient_steps=int(data[0]), transitions=int(data[1]), acks=acks)
+    if width == ACK_WIDTH and (rows[:, 3] < rows[:, 1]).any():
+        raise MessageError(f"{what}: a received seq below the acknowledged one")
+    received = {int(row[0]): int(row[3]) for row in rows.tolist() if width == ACK_WIDTH and row[3] > row[1]}
+    return LearnerProgress(gradient_steps=int(data[0]), transitions=int(data[1]), acks=acks,
+                           received=received)
+
+
+def replay_origin(msg: Float32MultiArray | bytes) -> tuple[int, int]:
+    """``(source, seq)`` of a replay batch (or its serialized bytes) from its layout alone, without
+    checking its data (:func:`msg_to_replay` does): what a learner has received, told as it comes."""
+    what = "replay batch"
+    if isinstance(msg, (bytes, bytearray, memoryview)):
+        msg = deserialize(msg, Float32MultiArray, what)
+    dims = _dims(msg)
+    if len(dims) != 6 or [d[0] for d in dims[4:]] != [SEQ_LABEL, SOURCE_LABEL]:
+        raise MessageError(f"{what}: no seq and source dims")
+    return dims[5][1], dims[4][1]
 
 
 # ---------------------------------------------------------------------------------- joint states

@@ -92,3 +92,45 @@ class ReorderBuffer:
         else:
             self._since[source] = self._clock()  # the rest waits on a new gap
         return out
+
+
+class ReceivedSeqs:
+    """Per source: the newest ``seq`` received with every one before it, consumed or still queued.
+
+    A learner reports it beside its acknowledgement, so that a bridge whose batches wait in the
+    learner's queue (a busy learner, several bridges) does not publish them again; a batch lost on
+    the way leaves a gap, and a bridge re-sends from there. `last_seq(source)`: the last ``seq``
+    consumed from the source (the learner's acknowledgement), None for a source not seen yet.
+    Called from the thread that receives; :meth:`snapshot` may be read from another.
+    """
+
+    MAX_AHEAD = 10_000  # batches kept past a gap per source (a bogus seq must not grow it for ever)
+
+    def __init__(self, last_seq: Callable[[int], int | None]) -> None:
+        self._last_seq = last_seq
+        self._received: dict[int, int] = {}
+        self._ahead: dict[int, set[int]] = {}
+
+    def add(self, source: int, seq: int) -> None:
+        last = self._last_seq(source)
+        if source not in self._received and last is None:
+            base = seq - 1  # a source new to the learner: its first batch starts the count
+        else:
+            base = max(self._received.get(source, -1), -1 if last is None else last)
+        ahead = self._ahead.setdefault(source, set())
+        if seq == 0 and base > 0:  # a bridge counting anew (restarted without a learner to go on from)
+            base = -1
+            ahead.clear()
+        if seq == base + 1:
+            base = seq
+            while base + 1 in ahead:
+                base += 1
+                ahead.discard(base)
+        elif seq > base + 1 and len(ahead) < self.MAX_AHEAD:
+            ahead.add(seq)
+        if ahead:  # those the acknowledgement has passed meanwhile
+            ahead.difference_update([s for s in ahead if s <= base])
+        self._received[source] = base
+
+    def snapshot(self) -> dict[int, int]:
+        return dict(self._received)
