@@ -95,8 +95,8 @@ def _check_section_name(path: Path, key: str) -> None:
         raise ValueError(f"parameter file {path}: section '{key}' names no opolo_ros node; did you "
                          f"mean '{close[0]}'? (nodes: {', '.join(NODE_CLASSES)})")
 def own_sections(name: str, namespace: str = "") -> list[str]:
-    """The sections of a parameter file that name node `name` in `namespace` (not ``/**``), in the
-    order a later one overrides an earlier one."""
+    """The sections of a parameter file that name node `name` in `namespace` (not ``/**`` nor
+    another wildcard)."""
     ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
     keys = [f"/**/{name}", name, f"/{name}"]
     if ns:
@@ -114,9 +114,19 @@ def wildcard_match(key: str, fqn: str) -> bool:
 
 def sections_reaching(sections: Mapping[str, Any], name: str, namespace: str = "") -> list[str]:
     """The keys of `sections` (:func:`parameter_sections`) whose parameters node `name` in
-    `namespace` takes, in the order a later one overrides an earlier one: ``/**``, the other
-    wildcard sections that match it, then its own (:func:`own_sections`)."""
+    `namespace` takes (``/**``, a wildcard that matches it, its own: :func:`own_sections`), in the
+    order to apply them, a later one over an earlier one: the file's, as rcl does (checked with
+    rclpy: ``learner:`` then ``/**:`` gives the learner ``/**``'s value). A plain ``name:`` section
+    also reaches the node in a namespace, which rcl's would not (so that the task files serve
+    namespaced graphs); it never overrides a section that names the node's namespace."""
     own = own_sections(name, namespace)
     fqn = "/".join(["", *namespace.strip("/").split("/"), name]) if namespace.strip("/") else f"/{name}"
-    wildcards = [k for k in sections if "*" in k and k != "/**" and k not in own and wildcard_match(k, fqn)]
-    return [k for k in ("/**", *wildcards, *own) if k in sections]
+    keys = [k for k in sections if k in own or ("*" in k and wildcard_match(k, fqn))]
+    plain = {name, f"/{name}"} if namespace.strip("/") else set()
+    named = [k for k in keys if k in own and k not in plain]
+    late = [k for k in keys[keys.index(named[0]):] if k in plain] if plain and named else []
+    if late:  # before the first section that names the namespace
+        keys = [k for k in keys if k not in late]
+        at = keys.index(named[0])
+        keys[at:at] = late
+    return keys

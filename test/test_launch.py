@@ -223,6 +223,23 @@ def test_node_parameters_precedence_and_namespaces(tmp_path):
     assert lr.node_parameters(path, "actor") == {"seed": 1, "env_id": "A"}
 
 
+def test_sections_apply_in_the_files_order_as_rcl_applies_them(tmp_path):
+    """rcl gives a node the matching sections in the file's order, a later value over an earlier
+    one (checked with rclpy): a learner section before /** loses to it. The launch and the direct
+    loop applied /** first whatever the order. A plain section, which reaches a namespaced node
+    only here, never overrides one that names the namespace."""
+    path = tmp_path / "p.yaml"
+    path.write_text("learner:\n  ros__parameters: {seed: 4}\n/**:\n  ros__parameters: {seed: 1}\n")
+    assert lr.node_parameters(path, "learner") == {"seed": 1}
+    from opolo_ros.algo.config import load_run_config
+
+    assert load_run_config(path).seed == 1
+    path.write_text("/robot/learner:\n  ros__parameters: {seed: 3}\n/**:\n  ros__parameters: {seed: 1}\n"
+                    "learner:\n  ros__parameters: {seed: 2}\n")
+    assert lr.node_parameters(path, "learner") == {"seed": 2}
+    assert lr.node_parameters(path, "learner", "robot") == {"seed": 1}  # /** after /robot/learner
+
+
 @pytest.mark.parametrize("top", ["robot1", "/robot1"])
 def test_nested_namespace_sections_reach_the_namespaced_node(tmp_path, top):
     """rcl reads `robot1: {actor: {ros__parameters: ...}}` as /robot1/actor's section; the launch

@@ -923,6 +923,30 @@ def test_bridge_ignores_an_overtaken_progress_message(ros_domain_id):
         assert (bridge.sent, bridge.acked) == (10, 10)
 
 
+def test_a_learner_back_with_an_older_acknowledgement_gets_what_it_lacks(ros_domain_id):
+    """A learner that held batches 2 and 3 in its queue, killed (journal off) and resumed from an
+    older checkpoint, acknowledges less than the one before: what it holds comes from its own
+    messages, not the dead one's, and the bridge re-sends (it re-sent nothing and waited for ever,
+    a review found)."""
+    with GraphRunner([flow_bridge(max_ahead=20, replay_batch=10)], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        for _ in range(40):
+            bridge._step(np.zeros(1))
+
+        def progress(seq: int, transitions: int, holds: int):
+            acks = {bridge.source: m.SourceAck(seq, transitions)}
+            return m.progress_to_msg(m.LearnerProgress(0, transitions, acks, {bridge.source: holds}))
+
+        bridge._on_progress(m.progress_to_msg(m.LearnerProgress(0, 0, {})))
+        bridge._on_progress(progress(1, 20, 3))  # holds 2 and 3 queued
+        bridge._last_ack_move -= 10.0  # long past learner_timeout_s
+        bridge._on_progress(progress(1, 20, 3))
+        assert bridge.resent == 0  # held by the learner: not sent again
+        bridge._last_ack_move -= 10.0
+        bridge._on_progress(progress(0, 10, 0))  # the resumed learner: batch 0 only
+        assert bridge.resent == 2  # batches 2 and 3 (1 is acknowledged for good)
+
+
 def test_a_real_time_bridge_told_to_wait_for_its_controller_steps_only_once_matched(ros_domain_id, ros_node):
     """wait_for_controller: no uncommanded steps while DDS discovery completes (a deployed actor in
     another process was matched only after the pendulum had fallen, once in a loaded full run)."""

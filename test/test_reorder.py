@@ -98,22 +98,31 @@ def test_received_seqs_report_what_came_with_everything_before_it():
     count back until it fills, so a bridge re-sends from the first missing batch."""
     from opolo_ros.train.reorder import ReceivedSeqs
 
-    acked: dict[int, int] = {1: 4}  # source 1: batches up to 4 consumed (a resumed learner)
+    acked: dict[int, int] = {}
     seen = ReceivedSeqs(acked.get)
-    for seq in (5, 6, 8, 9):
+    for seq in (15, 16, 17):  # a resumed learner, its acknowledgements not restored yet
         seen.add(1, seq)
-    assert seen.snapshot() == {1: 6}  # 7 is missing: 8 and 9 do not count yet
-    seen.add(1, 7)
-    assert seen.snapshot() == {1: 9}
+    assert seen.snapshot() == {}  # not counted from the first that came: 5..14 may be missing
+    acked[1] = 4  # restored: batches up to 4 consumed before the restart
+    assert seen.snapshot() == {1: 4}  # 5..14 missing: a bridge re-sends from 5
+    for seq in range(5, 15):
+        seen.add(1, seq)
+    assert seen.snapshot() == {1: 17}
+    seen.add(1, 19)
+    assert seen.snapshot() == {1: 17}  # 18 is missing: 19 does not count yet
+    seen.add(1, 18)
+    assert seen.snapshot() == {1: 19}
     seen.add(1, 3)  # a re-sent batch consumed long ago
-    assert seen.snapshot() == {1: 9}
-    seen.add(2, 12)  # a source new to the learner starts the count where it comes in
-    seen.add(2, 13)
-    assert seen.snapshot() == {1: 9, 2: 13}
+    assert seen.snapshot() == {1: 19}
+    seen.reject(1, 18)  # read in full and refused by the learner: not held
+    assert seen.snapshot() == {1: 17}
+    acked[1] = 30  # the acknowledgement passed what came here (the learner went on without them)
+    seen.add(1, 32)
+    assert seen.snapshot() == {1: 30}
+    seen.add(1, 31)
+    assert seen.snapshot() == {1: 32}
+    acked[2] = 7  # another source, counted on its own
+    seen.add(2, 8)
+    assert seen.snapshot() == {1: 32, 2: 8}
     seen.add(2, 0)  # that bridge restarted without a learner to go on from: a new count
-    assert seen.snapshot()[2] == 0
-    acked[1] = 20  # the acknowledgement passed what came here (a restarted learner's journal)
-    seen.add(1, 22)
-    assert seen.snapshot()[1] == 20
-    seen.add(1, 21)
-    assert seen.snapshot()[1] == 22
+    assert seen.snapshot()[2] == 7  # (never below the acknowledgement until it is taken)

@@ -341,6 +341,10 @@ class Learner(FinishableNode):
                 raise m.MessageError(f"actions outside the task's bounds [{scaler.low.tolist()}, "
                                      f"{scaler.high.tolist()}] (by {outside:.3g} half ranges)")
         except m.MessageError as err:
+            try:  # it was told as received when it came (_on_replay): it is not held after all
+                self._received.reject(*m.replay_origin(msg))
+            except m.MessageError:
+                pass
             self.rejected["replay"] += 1
             self.get_logger().error(f"rejected replay batch ({self.rejected['replay']} so far): {err}",
                                     throttle_duration_sec=LOG_THROTTLE_S)

@@ -334,12 +334,12 @@ class SimBridge(FinishableNode):
         self.learner_gradient_steps = progress.gradient_steps
         now = time.monotonic()
         silent, self._last_progress = now - self._last_progress, now
+        # What the learner holds, from every message: a learner back with an older acknowledgement
+        # (an overtaken message, or one resumed from an older checkpoint) may lack what the last one had
+        self._learner_has = -1 if ack is None else progress.received.get(self.source, ack.seq)
         if ack is not None and ack.seq < self.acked_seq:
             ack = None  # older than one already taken (a message that was overtaken): nothing new
-        if self.source not in progress.acks:
-            self._learner_has = -1  # a learner that does not know this bridge (yet): holds none
         if ack is not None:
-            self._learner_has = progress.received.get(self.source, ack.seq)
             if ack.transitions < self.acked:  # a newer batch, a lower count: a learner counting anew
                 self._rebase(ack)
             self.acked_seq = ack.seq

@@ -555,6 +555,7 @@ def replay_origin(msg: Float32MultiArray | bytes) -> tuple[int, int]:
     what = "replay batch"
     if isinstance(msg, (bytes, bytearray, memoryview)):
         msg = deserialize(msg, Float32MultiArray, what)
+    _check_type(msg, Float32MultiArray, what)
     dims = _dims(msg)
     if len(dims) != 6 or [d[0] for d in dims[4:]] != [SEQ_LABEL, SOURCE_LABEL]:
         raise MessageError(f"{what}: no seq and source dims")

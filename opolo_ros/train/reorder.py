@@ -14,6 +14,7 @@ without the missing ones. No ROS in here.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -100,37 +101,54 @@ class ReceivedSeqs:
     A learner reports it beside its acknowledgement, so that a bridge whose batches wait in the
     learner's queue (a busy learner, several bridges) does not publish them again; a batch lost on
     the way leaves a gap, and a bridge re-sends from there. `last_seq(source)`: the last ``seq``
-    consumed from the source (the learner's acknowledgement), None for a source not seen yet.
-    Called from the thread that receives; :meth:`snapshot` may be read from another.
+    consumed from the source (the learner's acknowledgement), None before the learner knows one (a
+    resumed learner restores its acknowledgements after its subscription is up): batches that came
+    before are only noted, and counted from the acknowledgement once there is one, never from
+    the first that happened to arrive (that would report the ones missing before it as held).
+    :meth:`add` and :meth:`reject` (a batch the learner read in full and refused) may be called
+    from one thread, :meth:`snapshot` from another.
     """
 
-    MAX_AHEAD = 10_000  # batches kept past a gap per source (a bogus seq must not grow it for ever)
+    MAX_AHEAD = 10_000  # seqs noted past a gap per source (a bogus seq must not grow it for ever)
 
     def __init__(self, last_seq: Callable[[int], int | None]) -> None:
         self._last_seq = last_seq
         self._received: dict[int, int] = {}
         self._ahead: dict[int, set[int]] = {}
+        self._lock = threading.Lock()
 
     def add(self, source: int, seq: int) -> None:
-        last = self._last_seq(source)
-        if source not in self._received and last is None:
-            base = seq - 1  # a source new to the learner: its first batch starts the count
-        else:
-            base = max(self._received.get(source, -1), -1 if last is None else last)
-        ahead = self._ahead.setdefault(source, set())
-        if seq == 0 and base > 0:  # a bridge counting anew (restarted without a learner to go on from)
-            base = -1
-            ahead.clear()
-        if seq == base + 1:
-            base = seq
-            while base + 1 in ahead:
-                base += 1
-                ahead.discard(base)
-        elif seq > base + 1 and len(ahead) < self.MAX_AHEAD:
-            ahead.add(seq)
-        if ahead:  # those the acknowledgement has passed meanwhile
-            ahead.difference_update([s for s in ahead if s <= base])
-        self._received[source] = base
+        with self._lock:
+            ahead = self._ahead.setdefault(source, set())
+            if seq == 0 and self._received.get(source, -1) > 0:  # a bridge counting anew (restarted
+                self._received[source] = -1  # without a learner to go on from)
+                ahead.clear()
+            if len(ahead) < self.MAX_AHEAD:
+                ahead.add(seq)
+            self._settle(source)
+
+    def reject(self, source: int, seq: int) -> None:
+        """A batch noted here that the learner then refused: it does not hold it."""
+        with self._lock:
+            self._ahead.get(source, set()).discard(seq)
+            if self._received.get(source, -1) >= seq:
+                self._received[source] = seq - 1
 
     def snapshot(self) -> dict[int, int]:
-        return dict(self._received)
+        with self._lock:
+            for source in list(self._ahead):
+                self._settle(source)
+            return dict(self._received)
+
+    def _settle(self, source: int) -> None:
+        """Count on from the acknowledgement (or the count so far) through the noted seqs."""
+        last = self._last_seq(source)
+        if last is None and source not in self._received:
+            return  # no acknowledgement to count from yet
+        base = max(self._received.get(source, -1), -1 if last is None else last)
+        ahead = self._ahead[source]
+        while base + 1 in ahead:
+            base += 1
+        if ahead:  # those the count has passed
+            ahead.difference_update([s for s in ahead if s <= base])
+        self._received[source] = base
