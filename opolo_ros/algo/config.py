@@ -331,10 +331,10 @@ def run_section(data: Any, path: Path | str = "<config>",
     Their keys beyond the run config are checked, not ignored: the learner's sections may hold the
     learner node's other parameters (:data:`LEARNER_PARAMETERS`), `/**` and wildcards (every
     node's) those of any node of the package (`node_names`: every parameter the nodes declare,
-    ``opolo_ros.launch_runner.package_parameter_names()``, which the callers above the ROS-free
+    ``opolo_ros.nodes.parameters.package_parameter_names()``, which the callers above the ROS-free
     layers pass in; None: their keys beyond the learner's are not checked here); anything else is
     refused with the closest known key (a typo must not change a run silently). Sections of other
-    nodes (sim_bridge, actor, ...) are not read here (``opolo_ros.launch_runner.node_parameters``
+    nodes (sim_bridge, actor, ...) are not read here (``opolo_ros.nodes.parameters.node_parameters``
     checks them).
     """
     if not isinstance(data, Mapping):

@@ -102,7 +102,8 @@ class ExpertDataset:
         self.generator.set_state(state["generator"])
 
 
-def _names(text: str) -> tuple[str, ...]:
+def split_names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (``demos_joints``, ``demos_fields``), blanks left out."""
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
@@ -119,6 +120,6 @@ def load_episodes(path: str | Path, topic: str = "", joints: str = "",
         return load_npz(path)
     from opolo_ros.data.bags import read_demonstrations  # rosbags is only needed for bags
 
-    return read_demonstrations(path, topic=topic or None, joints=_names(joints) or None,
-                               fields=_names(fields), episode_gap_s=episode_gap_s,
-                               obs_field=_names(obs_field) or None)
+    return read_demonstrations(path, topic=topic or None, joints=split_names(joints) or None,
+                               fields=split_names(fields), episode_gap_s=episode_gap_s,
+                               obs_field=split_names(obs_field) or None)

@@ -539,12 +539,13 @@ def msg_to_progress(msg: Int64MultiArray) -> LearnerProgress:
     rows = data[2:].reshape(k, width)
     if (rows[:, :2] > UINT32_MAX).any() or (rows[:, 3:] > UINT32_MAX).any():
         raise MessageError(f"{what}: source id or seq exceeds uint32")
-    acks = {int(row[0]): SourceAck(int(row[1]), int(row[2])) for row in rows.tolist()}
-    if len(acks) != k:
-        raise MessageError(f"{what}: duplicate source ids")
     if width == ACK_WIDTH and (rows[:, 3] < rows[:, 1]).any():
         raise MessageError(f"{what}: a received seq below the acknowledged one")
-    received = {int(row[0]): int(row[3]) for row in rows.tolist() if width == ACK_WIDTH and row[3] > row[1]}
+    table = rows.tolist()
+    acks = {row[0]: SourceAck(row[1], row[2]) for row in table}
+    if len(acks) != k:
+        raise MessageError(f"{what}: duplicate source ids")
+    received = {row[0]: row[3] for row in table if width == ACK_WIDTH and row[3] > row[1]}
     return LearnerProgress(gradient_steps=int(data[0]), transitions=int(data[1]), acks=acks,
                            received=received)
 

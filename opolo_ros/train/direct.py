@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
-from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes
+from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes, split_names
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import JOINT_NAMES_KEY, export_policy_or_warn
 from opolo_ros.signals import stop_on_signals
@@ -114,8 +114,8 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
     the environment's `obs_dim` (a ValueError naming both for another task's demonstrations) and,
     for a JointState bag, ``demos_joints`` against the order of the model's `joints`."""
     if cfg.algo == "opolo" and cfg.demos_joints:
-        names = [j.strip() for j in cfg.demos_joints.split(",") if j.strip()]
-        check_joint_order(names, joints, Path(cfg.env_id).name if is_mjcf(cfg.env_id) else cfg.env_id)
+        check_joint_order(split_names(cfg.demos_joints), joints,
+                          Path(cfg.env_id).name if is_mjcf(cfg.env_id) else cfg.env_id)
     demos = prepare_demos(cfg, max_steps) if cfg.algo == "opolo" else []
     if not demos:
         return demos, None
