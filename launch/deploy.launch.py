@@ -86,8 +86,9 @@ ARGUMENTS = [
                                 "model's bounds); empty = the params file, else the model's"),
     LaunchArg("action_high", "", "comma-separated upper command limits (they only tighten the "
                                  "model's bounds); empty = the params file, else the model's"),
-    LaunchArg("max_action_rate", "", "largest change of any command per second; empty = the params "
-                                     "file, else 0 (unlimited)"),
+    LaunchArg("max_action_rate", "", "largest change of a policy command per second (the safe "
+                                     "command too with the params file's ramp_to_safe); empty = the "
+                                     "params file, else 0 (unlimited)"),
     LaunchArg("observation_timeout_s", "", "observations older than this are stale and the watchdog "
                                            "takes over; empty = the params file, else 0.5"),
     LaunchArg("safe_command", "", "comma-separated command published while observations are stale; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -498,6 +499,31 @@ def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, 
     assert err.count("commands at 50 Hz, the policy") == 2 and "was trained at 200 Hz" in err, err
 
 
+def test_observations_off_the_policys_training_rate_are_warned_of_once(tmp_path, ros_domain_id, ros_node,
+                                                                       capfd, monkeypatch):
+    """A command per observation (rate_hz 0): the policy runs at the rate observations come. A
+    robot's joint states at 100 Hz drove a 25 Hz policy at about 77 Hz without a word (a
+    walkthrough); observations more than 10 % off the training rate are now warned of, once."""
+    from opolo_ros.export.onnx_policy import stamp_metadata
+    from opolo_ros.nodes import actor as actor_module
+
+    monkeypatch.setattr(actor_module, "RATE_WINDOW", 20)  # measured over 20 observations, not 250
+    slow = onnx_policy(tmp_path / "slow.onnx", [0.0] * 4)
+    stamp_metadata(slow, {"control_period_s": 0.1})  # trained at 10 Hz
+    plain = onnx_policy(tmp_path / "plain.onnx", [0.0] * 4)  # says no training rate
+    for model, warned in ((plain, False), (slow, True)):
+        capfd.readouterr()
+        graph, rig = start(tmp_path, ros_domain_id, ros_node, model, observation_timeout_s=60.0)
+        with graph:
+            rig.stream(np.zeros(4, np.float32), 2.0, hz=50.0)  # 40-100 observations: 2-5 windows
+        err = capfd.readouterr().err
+        assert rig.actor.actions >= 40, rig.actor.actions
+        assert err.count("each gets a command") == warned, err
+    rate = float(re.search(r"observations come at ([0-9.]+) Hz and each gets a command", err).group(1))
+    assert 25 < rate < 60, rate
+    assert f"the policy {slow} was trained at 10 Hz: publish them at 10 Hz, or set rate_hz to 10" in err, err
+
+
 def test_float64_array_observations_with_observation_type_float64(tmp_path, ros_domain_id, ros_node):
     """A robot whose state comes as std_msgs/Float64MultiArray (ros2_control's array type) was not
     heard at all: observation_type float64 reads it (a value beyond float32 is dropped, counted)."""
@@ -857,6 +883,37 @@ def test_rate_limit_ramps_from_the_safe_command_sent_for_a_non_finite_action(tmp
     (t_safe, safe), (t_next, after) = rig.commands[-2:]
     assert rig.actor.nonfinite_actions == 1 and safe == 0.0
     assert after <= safe + rate * (t_next - t_safe) + 0.05, "jumped back past max_action_rate"
+
+
+def test_ramp_to_safe_approaches_the_safe_command_at_the_rate_limit(tmp_path, ros_domain_id, ros_node):
+    """With ramp_to_safe, a non-finite action and then stale observations (the watchdog) move the
+    command towards safe_command by at most max_action_rate per second, not at once (the default,
+    above); the command sent as the actor stops is the safe one, whole."""
+    expert = Path(__file__).resolve().parents[1] / "models" / "experts" / "InvertedPendulum-v5.onnx"
+    rate = 2.0
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, expert, max_action_rate=rate, ramp_to_safe=True,
+                       observation_timeout_s=0.3, watchdog_rate_hz=50.0, action_low=[-1.0], action_high=[1.5])
+    good = np.array([0.1, 0.2, 0.3, 0.4], np.float32)  # the expert answers ~3.0: clamped to 1.5
+    with graph:
+        rig.stream(good, 1.5)
+        assert rig.commands[-1][1] == pytest.approx(1.5)
+        t_good = rig.commands[-1][0]
+        rig.send(raw_observation([3e38, -3e38, 3e38, -3e38], 4))  # finite; the expert returns NaN
+        t_nan, after_nan = rig.commands[-1]
+        assert rig.actor.nonfinite_actions == 1
+        assert 1.5 - rate * (t_nan - t_good) - 0.05 <= after_nan < 1.5, "not ramped towards safe"
+        rig.stream(good, 0.5)  # back up to 1.5 (ramped), then silence: the watchdog ramps down
+        before = len(rig.commands)
+        assert rig.spin_until(lambda: rig.actor.safe_commands >= 15, 5.0)
+    t_ref, last_policy = rig.commands[before - 1]
+    watchdog = rig.commands[before:]
+    values = [v for _, v in watchdog]
+    assert last_policy == pytest.approx(1.5) and values == sorted(values, reverse=True), values
+    assert all(v >= 1.5 - rate * (t - t_ref) - 0.05 for t, v in watchdog), "faster than max_action_rate"
+    assert values[-1] > 0.0, "reached the safe command at once"  # 15 commands at 50 Hz: about 0.3 left
+    got = len(rig.commands)
+    spin_until([rig.executors[1]], lambda: len(rig.commands) > got, timeout_sec=5.0)  # sent as it stopped
+    assert rig.commands[-1][1] == 0.0, "the stop command is the whole safe command"
 
 
 def test_limits_win_over_the_rate_limit_after_a_swap_to_narrower_bounds(tmp_path, ros_domain_id, ros_node):

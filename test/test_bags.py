@@ -300,6 +300,13 @@ def test_obs_field_for_other_message_types(tmp_path: Path) -> None:
         read_demonstrations(bag, topic="/cmd")
     (ep,) = read_demonstrations(bag, topic="/cmd", obs_field=("linear", "angular.z"))
     assert ep.obs.tolist() == [[0, 1, 2, 0], [1, 1, 2, -1], [2, 1, 2, -2]]
+    # the bag's only topic needs no name when obs_field says how to read it; of two, one is named
+    (alone,) = read_demonstrations(bag, obs_field=("linear", "angular.z"))
+    assert alone.obs.tolist() == ep.obs.tolist()
+    two = _write_stream(tmp_path / "two", {"/cmd": ("geometry_msgs/msg/Twist", msgs),
+                                           "/cmd2": ("geometry_msgs/msg/Twist", msgs)})
+    with pytest.raises(ValueError, match="choose one with demos_topic"):
+        read_demonstrations(two, obs_field=("linear", "angular.z"))
     from opolo_ros.algo.config import load_run_config  # the same from a run config
 
     cfg = load_run_config(None, {"demos": str(bag), "demos_topic": "/cmd"})

@@ -376,10 +376,14 @@ def _register_bag_types(store: Any, connections: Sequence[Any]) -> None:
             continue
 
 
-def _choose_topic(topics: Mapping[str, str], bag: Path) -> str:
+def _choose_topic(topics: Mapping[str, str], bag: Path, any_type: bool = False) -> str:
+    """The topic to read when none is named: the demonstration topic, else the one observation
+    stream, else (`any_type`: obs_field names the fields to read) the bag's only topic."""
     if DEMO_TOPIC in topics:
         return DEMO_TOPIC
     candidates = [t for t, typ in topics.items() if typ in STREAM_TYPES]
+    if not candidates and any_type:
+        candidates = list(topics)
     if len(candidates) == 1:
         return candidates[0]
     listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
@@ -489,7 +493,7 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
     try:
         topics = {name: info.msgtype or "<mixed types>" for name, info in reader.topics.items()}
         if topic is None:
-            topic = state.get("topic") or _choose_topic(topics, bag)
+            topic = state.get("topic") or _choose_topic(topics, bag, src_args["obs_field"] is not None)
         if topic not in topics and not topic.startswith("/") and f"/{topic}" in topics:
             topic = f"/{topic}"  # a relative name, resolved in the root namespace as ROS does
         if topic not in topics:

@@ -16,7 +16,8 @@ Modes
     model's bounds) and to ``max_action_rate``; with ``rate_hz`` > 0 the command goes out on a
     fixed-rate timer from the newest observation, else once per observation. A fixed rate more than
     10 % off the rate the model was trained at (1 / its metadata's ``control_period_s``, when it
-    has one) is warned of once.
+    has one) is warned of once, and so are observations that come that far off it (measured over
+    ``RATE_WINDOW`` of them) when each gets a command.
 
 Deploy safety
     - An observation that is not finite or has the wrong length (Float32MultiArray, or a
@@ -33,8 +34,10 @@ Deploy safety
     - Watchdog: when no valid observation came for ``observation_timeout_s``, the actor publishes
       ``safe_command`` (zeros by default) at ``rate_hz`` (or ``watchdog_rate_hz`` when commands go
       out per observation), logs it once, and goes back to policy commands with the next valid
-      observation. The safe command is not rate limited (stopping is never delayed); the rate
-      limit ramps from it when the policy takes over again. Also before the first observation.
+      observation. The safe command is not rate limited (stopping is never delayed) unless
+      ``ramp_to_safe`` (then it is approached at ``max_action_rate``, as every command, but for the
+      one sent as the actor stops); the rate limit ramps from it when the policy takes over again.
+      Also before the first observation.
       The deploy timers (watchdog, ``rate_hz``) run on the steady clock: with ``use_sim_time``
       a ``/clock`` that stops would stop them.
     - Commands stay within the model's bounds, tightened by ``action_low``/``action_high`` (either
@@ -141,6 +144,7 @@ LOG_THROTTLE_S = 5.0
 STALE_RECHECK_S = 5.0  # while stale: how often the publishers of the observation topic are looked at again
 MIN_RATE_HZ = 1e-3  # rate_hz / watchdog_rate_hz: a period of at most 1000 s
 RATE_TOLERANCE = 0.1  # deploy: a rate_hz this far (relative) from the model's training rate is warned of
+RATE_WINDOW = 250  # deploy, once per observation: the observation rate is measured over this many
 SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
 SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
 FINAL_ACK_S = 0.5  # deploy, stopping: how long the safe command waits for reliable subscribers
@@ -174,6 +178,8 @@ class Actor(FinishableNode):
         self._stale_note, self._stale_checked = "", 0.0  # the publishers note last logged, and when
         self._final_sent = False  # the safe command on exit (close() may run twice)
         self._rate_warned: float | None = None  # the training rate a rate_hz mismatch was warned of
+        self._obs_rate_warned: float | None = None  # ... an observation rate mismatch was warned of
+        self._window_at = 0.0  # once per observation: when the rate window began (0: not yet)
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
         self.inference_ns = latency.DurationLog()  # policy run, deploy
         self.callback_ns = latency.DurationLog()  # observation callback, entry to published command
@@ -274,6 +280,10 @@ class Actor(FinishableNode):
         self._clocked: np.ndarray | None = None  # observation + time feature, reused
         self.obs_timeout = p["observation_timeout_s"]
         self.max_action_rate = p["max_action_rate"]
+        self.ramp_to_safe = p["ramp_to_safe"] and self.max_action_rate > 0
+        if p["ramp_to_safe"] and not self.max_action_rate and p["mode"] == "deploy":
+            self.get_logger().warning("ramp_to_safe is set but max_action_rate is 0 (no rate limit): "
+                                      "the safe command is reached at once")
         self.executor_kind = p["executor"]
         self.spin_timeout_s = 0.0 if p["spin"] == "poll" else 0.1  # read by run_node()
         self.stats_file = p["stats_file"]
@@ -604,7 +614,26 @@ class Actor(FinishableNode):
         else:
             self._respond_deploy(obs, seq, now)
             self.callback_ns.add(perf_counter_ns() - start)
+            if self._ticks % RATE_WINDOW == 0:
+                self._check_observation_rate(now)
         self._count_tick()
+
+    def _check_observation_rate(self, now: float) -> None:
+        """Deploy, a command per observation: the policy runs at the rate observations come. More
+        than RATE_TOLERANCE from its training rate is warned of once per rate (a robot's
+        joint_state_broadcaster publishes at the controller manager's rate, often 100 Hz or more)."""
+        start, self._window_at = self._window_at, now
+        current = self.current
+        trained = current.metadata.control_rate_hz if current is not None else None
+        if not start or trained is None or trained == self._obs_rate_warned:
+            return
+        rate = RATE_WINDOW / (now - start)
+        if abs(rate - trained) > RATE_TOLERANCE * trained:
+            self._obs_rate_warned = trained
+            self.get_logger().warning(
+                f"observations come at {rate:.3g} Hz and each gets a command, but the policy "
+                f"{current.origin} was trained at {trained:g} Hz: publish them at {trained:g} Hz, or set "
+                f"rate_hz to {trained:g} for commands on a fixed-rate timer from the newest observation")
 
     def _on_timer(self) -> None:
         """Fixed-rate commands from the newest observation; the safe command when it is stale."""
@@ -685,6 +714,7 @@ class Actor(FinishableNode):
 
     def _recover(self) -> None:
         self.stale = False
+        self._window_at = 0.0  # a silence is no rate: measure anew
         self._clock_t = 0
         self.get_logger().info("observations are back: policy commands again"
                                + (" (time feature clock restarted)" if self._extra else ""))
@@ -741,9 +771,21 @@ class Actor(FinishableNode):
                                     throttle_duration_sec=LOG_THROTTLE_S)
             return None
 
-    def _safe_into(self, command: CommandBuffer, now: float) -> None:
+    def _safe_into(self, command: CommandBuffer, now: float, ramp: bool = True) -> None:
+        """The safe command into `command`: at once, or at the rate limit (`ramp_to_safe`)."""
         command.values[:] = self.safe
+        current = self.current
+        if ramp and self.ramp_to_safe and current is not None:
+            self._rate_limit(command, now)
+            np.clip(command.values, *current.bounds, out=command.values)  # the limits win, as below
         command.remember(now)
+
+    def _rate_limit(self, command: CommandBuffer, now: float) -> None:
+        """Clip the command just written to `max_action_rate` from the previous one."""
+        if command.previous_time is not None:
+            step = self.max_action_rate * min(now - command.previous_time, 1.0)
+            previous = command.previous
+            np.clip(command.values, previous - step, previous + step, out=command.values)
 
     def _clamp_into(self, action: np.ndarray, current: LoadedPolicy, command: CommandBuffer,
                     now: float) -> None:
@@ -767,9 +809,7 @@ class Actor(FinishableNode):
         np.clip(action, *current.bounds, out=out)
         if self.max_action_rate > 0:
             if command.previous_time is not None:
-                step = self.max_action_rate * min(now - command.previous_time, 1.0)
-                previous = command.previous
-                np.clip(out, previous - step, previous + step, out=out)
+                self._rate_limit(command, now)
                 np.clip(out, *current.bounds, out=out)  # a reference outside new, narrower bounds
             command.remember(now)
 
@@ -863,7 +903,7 @@ class Actor(FinishableNode):
             return
         self._final_sent = True
         try:
-            self._safe_into(command, time.monotonic())
+            self._safe_into(command, time.monotonic(), ramp=False)  # the last command: all the way
             self._send(command, None, counted=False)  # the counters are the run's
             self.action_pub.wait_for_all_acked(RclpyDuration(seconds=FINAL_ACK_S))
         except Exception as err:  # the context shut down already: nothing can be sent

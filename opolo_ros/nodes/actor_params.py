@@ -73,7 +73,11 @@ PARAMETERS: dict[str, tuple] = {
                        "within these and the model's bounds (limits only tighten them); [] = the "
                        "model's"),
     "action_high": ([], "deploy safety limits (upper), as action_low"),
-    "max_action_rate": (0.0, "deploy: largest change of any command per second; 0 = unlimited"),
+    "max_action_rate": (0.0, "deploy: largest change of a policy command per second; 0 = unlimited "
+                             "(the safe command is reached at once unless ramp_to_safe)"),
+    "ramp_to_safe": (False, "deploy with max_action_rate: approach the safe command (watchdog, "
+                            "non-finite action, a failed run) at the rate limit too, instead of at "
+                            "once; the command sent as the actor stops is never ramped"),
     "executor": ("events", "executor of the actor's own process: events (rclpy EventsExecutor) "
                            "or single (SingleThreadedExecutor)"),
     "spin": ("block", "block: sleep until an event (no CPU while idle); poll: never sleep (one core "
