@@ -53,7 +53,8 @@ from opolo_ros.launch_runner import (
 from opolo_ros.sim.task_ids import is_mjcf
 
 ARGUMENTS = [
-    LaunchArg("model", "", "ONNX policy to run (required)"),
+    LaunchArg("model", "", "ONNX policy to run (required; a relative path that is not in the working "
+                           "folder is the package's, e.g. models/experts/<task>.onnx)"),
     LaunchArg("namespace", "", "namespace of the actor"),
     LaunchArg("observation_topic", "", "the robot's state topic (remap target of 'observation'); empty = "
                                        "joint_states with joints (argument or params file: "
@@ -61,7 +62,8 @@ ARGUMENTS = [
                                        "observation"),
     LaunchArg("action_topic", "action", "the robot's command topic (remap target of 'action')"),
     LaunchArg("joints", "", "comma-separated joint names: read sensor_msgs/JointState in this order "
-                            "(positions, then velocities); empty = Float32MultiArray observations"),
+                            "(positions, then velocities); empty = the params file's, else "
+                            "Float32MultiArray observations"),
     LaunchArg("observation_type", "", "array input: float32 (std_msgs/Float32MultiArray) or float64 "
                                       "(std_msgs/Float64MultiArray); empty = the params file, else "
                                       "float32"),

@@ -122,10 +122,11 @@ def _mjcf_joints(env: str, overrides: dict, learner_file: dict) -> str:
     taken, and a bag that listed the joints otherwise trained on scrambled observations without a
     word); given ones that are the model's names in another order are refused. Returns the hint
     for a bag whose joints are named otherwise."""
+    from opolo_ros.algo.config import names_text
     from opolo_ros.sim.tasks import MjcfEnv, check_joint_order
 
     model = MjcfEnv(env).joints[0]
-    given = str(overrides.get("demos_joints") or learner_file.get("demos_joints") or "")
+    given = str(names_text(overrides.get("demos_joints") or learner_file.get("demos_joints") or ""))
     names = [j.strip() for j in given.split(",") if j.strip()]
     if not names:
         from opolo_ros.data.bags import JOINT_STATE, demonstration_type

@@ -79,7 +79,7 @@ def _check_demos(cfg: RunConfig) -> None:
         episodes = load_episodes(cfg.demos, **cfg.demo_options())
         taken = episodes[: cfg.num_demos or None]
         left = f"; {len(episodes) - len(taken)} more in it left out (num_demos {cfg.num_demos}; 0 = all)"
-        print(f"demonstrations: {len(taken)} episodes of {cfg.demos}, "
+        print(f"demonstrations: {len(taken)} episode{'s' * (len(taken) != 1)} of {cfg.demos}, "
               f"{sum(len(ep.obs) - 1 for ep in taken)} transitions"
               + (left if len(taken) < len(episodes) else ""))
 
@@ -294,12 +294,13 @@ def cmd_record_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from opolo_ros.info import info_lines
+    from opolo_ros.info import NONE_READ, info_lines
 
     options = {"topic": args.topic, "joints": args.joints, "fields": args.fields,
-               "episode_gap_s": args.episode_gap}
-    print("\n".join(info_lines(Path(args.path), options)))
-    return 0
+               "episode_gap_s": args.episode_gap, "obs_field": args.obs_field}
+    lines = info_lines(Path(args.path), options)
+    print("\n".join(lines))
+    return 1 if any(line.startswith(NONE_READ) for line in lines) else 0  # no usable demonstrations
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -390,13 +391,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "run config YAML (see config/*.yaml; config/experts/ holds train-expert's)")
         sp.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="override a config value, e.g. --set schedule.batch_size=256 (repeatable)")
-        sp.add_argument("--env-id", dest="env_id")
+        sp.add_argument("--env-id", dest="env_id", help="the task: a Gymnasium MuJoCo id "
+                        "(Hopper-v5); the direct loop trains Gymnasium tasks only" if not expert else
+                        "the task: a Gymnasium MuJoCo id (Hopper-v5)")
         # train-expert takes --demos only to say that a TD3 expert learns from the reward instead
         sp.add_argument("--demos", help=argparse.SUPPRESS if expert else
-                        "demonstrations: rosbag2 bag, folder of bags, or .npz")
-        sp.add_argument("--seed", type=seed_value)
-        sp.add_argument("--total-steps", dest="total_steps", type=int)
-        sp.add_argument("--run-dir", dest="run_dir")
+                        "demonstrations: rosbag2 bag, folder of bags, or .npz; how a bag is read: "
+                        "--set demos_topic=/joint_states, demos_joints=a,b, demos_fields=position,"
+                        "velocity, demos_obs_field=..., demos_episode_gap_s=0.5, num_demos=4 (0 = all); "
+                        "README, 'Your own demonstrations'")
+        sp.add_argument("--seed", type=seed_value, help="run seed (env, networks, exploration)")
+        sp.add_argument("--total-steps", dest="total_steps", type=int, help="env steps to train for")
+        sp.add_argument("--run-dir", dest="run_dir", help="the run folder (checkpoint, policy.onnx, "
+                        "eval.csv, tb/); a rerun resumes from it")
 
     def export_args(sp: argparse.ArgumentParser) -> None:
         """What applies to an export: the run's seed, time feature and trainer come from the checkpoint."""
@@ -476,7 +483,11 @@ def build_parser() -> argparse.ArgumentParser:
     inf.add_argument("--joints", default="", help="demonstrations: JointState joint names in policy order")
     inf.add_argument("--fields", default="position,velocity", help="demonstrations: JointState fields")
     inf.add_argument("--episode-gap", dest="episode_gap", type=float, default=0.5,
-                     help="demonstrations: seconds between messages that split a stream into episodes")
+                     help="demonstrations: seconds between messages that split a stream into episodes "
+                          "(> 0; inf: gaps never split)")
+    inf.add_argument("--obs-field", dest="obs_field", default="",
+                     help="demonstrations of another message type: the fields that make the observation "
+                          "(pose.pose,twist.twist for nav_msgs/Odometry)")
     inf.set_defaults(func=cmd_info)
 
     la = sub.add_parser("launch", help="run a launch file's node graph in one process (without ros2 launch)")

@@ -15,6 +15,8 @@ import numpy as np
 
 from opolo_ros.data.demos import Episode
 
+NONE_READ = "  demonstrations: none read"  # the line for a bag the options make no episodes of
+
 
 def info_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
     """The description of `path` by its kind: .onnx, .xml (MJCF), .npz, else a rosbag2 bag."""
@@ -109,5 +111,6 @@ def demonstration_lines(path: Path, demo_options: dict[str, object]) -> list[str
     try:
         episodes = load_episodes(path, **demo_options)  # type: ignore[arg-type]
     except ValueError as err:  # BagError: which topic or option would make it readable
-        return [*lines, f"  demonstrations: none read ({err})"]
+        return [*lines, f"{NONE_READ} ({err}) [here the options are --topic, --joints, --fields, "
+                        "--episode-gap, --obs-field]"]
     return lines + _episode_lines(episodes)

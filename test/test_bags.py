@@ -380,7 +380,8 @@ def test_error_topic_missing_lists_topics(tmp_path: Path) -> None:
 def test_error_wrong_message_type(tmp_path: Path) -> None:
     msgs = [(SEC, TS.types["std_msgs/msg/String"](data="x"))]
     bag = _write_stream(tmp_path / "s", {"/text": ("std_msgs/msg/String", msgs)})
-    read = r"\(the types read: .* a stream of Float32MultiArray, Float64MultiArray, JointState\)"
+    read = (r"\(the types read: .* a stream of Float32MultiArray, Float64MultiArray, JointState; "
+            r"another type's fields: demos_obs_field\)")
     with pytest.raises(ValueError, match=rf"no demonstration or observation topic {read}.*/text"):
         read_demonstrations(bag)
     with pytest.raises(ValueError, match="has type std_msgs/msg/String"):

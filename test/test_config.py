@@ -211,3 +211,23 @@ def test_binary_config_file_and_garbage_npz_demos_are_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"bad.npz is not a readable .npz of demonstrations") as exc:
         load_npz(garbage)
     assert "\n" not in str(exc.value)
+
+
+def test_name_lists_take_a_yaml_list_or_text_and_an_empty_override_is_empty(tmp_path):
+    """demos_joints was text only ('slider,hinge') while the actor's joints was a list only: a task
+    file writing both alike was refused for one of them. Both forms are taken by both now."""
+    from opolo_ros.nodes.common import ParameterError, coerce
+
+    p = tmp_path / "c.yaml"
+    p.write_text("demos_joints: [slider, hinge]\ndemos_fields: [position]\n")
+    cfg = load_run_config(p)
+    assert (cfg.demos_joints, cfg.demos_fields) == ("slider,hinge", "position")
+    assert load_run_config(p, merge_overrides(["demos_joints="])).demos_joints == ""  # not YAML's null
+    with pytest.raises(ValueError, match="config 'demos_topic': expected a string"):
+        load_run_config(None, {"demos_topic": ["/a", "/b"]})  # one topic, not a list of names
+    with pytest.raises(ValueError, match="config 'demos_joints': expected a string"):
+        load_run_config(None, {"demos_joints": [1, 2]})
+    assert coerce("demos_joints", ["slider", "hinge"], "") == "slider,hinge"  # the learner's parameter
+    assert coerce("joints", "slider, hinge", [""]) == ["slider", "hinge"]  # -p joints:=slider,hinge
+    with pytest.raises(ParameterError, match="parameter 'task': expected str"):
+        coerce("task", ["a"], "")

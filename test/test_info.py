@@ -13,8 +13,8 @@ from opolo_ros.data.demos import Episode, save_npz
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def info(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert cli.main(["info", *argv]) == 0
+def info(capsys: pytest.CaptureFixture[str], *argv: str, status: int = 0) -> str:
+    assert cli.main(["info", *argv]) == status
     return capsys.readouterr().out
 
 
@@ -57,10 +57,25 @@ def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> No
 
     two = _write_stream(tmp_path / "two", {"/a": (F32, _stream(np.zeros((3, 2)))),
                                            "/b": (F32, _stream(np.ones((4, 2))))})
-    out = info(capsys, str(two))
+    out = info(capsys, str(two), status=1)  # described, but no demonstrations to train on: status 1
     assert "/a [std_msgs/msg/Float32MultiArray]: 3 messages" in out
     assert "demonstrations: none read (" in out and "several observation topics" in out
+    assert "[here the options are --topic, --joints, --fields, --episode-gap, --obs-field]" in out
     assert "demonstrations: 1 episode of obs_dim 2, 3 transitions" in info(capsys, str(two), "--topic", "/b")
+    out = info(capsys, str(two), "--topic", "/b", "--episode-gap", "0", status=1)
+    assert "episode_gap_s must be a number of seconds > 0 (inf: gaps never split), got 0.0" in out
+
+
+def test_a_bag_of_another_message_type_is_read_with_obs_field(capsys, tmp_path) -> None:
+    from test_bags import SEC, TS, _write_stream
+
+    vec, twist = TS.types["geometry_msgs/msg/Vector3"], TS.types["geometry_msgs/msg/Twist"]
+    msgs = [(SEC + k * 10_000_000, twist(linear=vec(x=k, y=1.0, z=2.0), angular=vec(x=0.0, y=0.0, z=-k)))
+            for k in range(3)]
+    bag = _write_stream(tmp_path / "twist", {"/cmd": ("geometry_msgs/msg/Twist", msgs)})
+    assert "obs_field" in info(capsys, str(bag), status=1)
+    out = info(capsys, str(bag), "--obs-field", "linear,angular.z")
+    assert "demonstrations: 1 episode of obs_dim 4, 2 transitions" in out
 
 
 def test_what_is_not_there_or_no_known_file_is_one_line_and_status_2(capsys, tmp_path) -> None:

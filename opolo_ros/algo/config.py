@@ -169,8 +169,23 @@ class RunConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
 
+# Run config strings that list names ("slider,hinge"): a YAML list of them is taken too (an actor's
+# `joints` parameter is one, so a task file may write both alike)
+NAME_LISTS = frozenset({"demos_joints", "demos_fields", "demos_obs_field"})
+
+
+def names_text(value: Any) -> Any:
+    """A list of names (strings) as the comma-separated text :data:`NAME_LISTS` keys hold; any
+    other value as it is."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return ",".join(v.strip() for v in value)
+    return value
+
+
 def _coerce(value: Any, current: Any, name: str) -> Any:
     """Convert a YAML value to the type of the default it replaces, with a clear error."""
+    if name in NAME_LISTS:
+        value = names_text(value)
     if isinstance(current, bool):
         if not isinstance(value, bool):
             raise ValueError(f"config '{name}': expected true/false, got {value!r}")
@@ -462,6 +477,8 @@ def parse_override(text: str) -> dict[str, Any]:
         raise ValueError(f"override '{text}' must look like key=value (e.g. schedule.batch_size=256)")
     key, raw = text.split("=", 1)
     parts = key.strip().split(".")
+    if not raw.strip():  # `--set demos_joints=`: empty text, not YAML's null
+        raw = "''"
     if not all(parts):
         raise ValueError(f"override '{text}': the key {key.strip()!r} has an empty part")
     try:

@@ -389,7 +389,8 @@ def _choose_topic(topics: Mapping[str, str], bag: Path, any_type: bool = False) 
     listing = ", ".join(f"{t} [{typ}]" for t, typ in sorted(topics.items())) or "none"
     why = "several observation topics" if candidates else (
         "no demonstration or observation topic (the types read: the demonstration layout on "
-        f"{DEMO_TOPIC}, or a stream of {', '.join(t.rsplit('/', 1)[-1] for t in STREAM_TYPES)})")
+        f"{DEMO_TOPIC}, or a stream of {', '.join(t.rsplit('/', 1)[-1] for t in STREAM_TYPES)}; "
+        "another type's fields: demos_obs_field)")
     raise BagError(f"{bag}: {why}; choose one with demos_topic (opolo-ros train --set demos_topic=..., "
                    f"opolo-ros launch sim_train demos_topic:=..., or the task file; demo_player's own "
                    f"parameter: bag_topic) (topics: {listing})")
@@ -756,7 +757,8 @@ def read_demonstrations(path: str | Path, *, topic: str | None = None,
     if joints_t is not None and (not joints_t or len(set(joints_t)) != len(joints_t)):
         raise BagError(f"joints must be non-empty and unique, got {joints_t}")
     if episode_gap_s is not None and not episode_gap_s > 0:
-        raise BagError(f"episode_gap_s must be positive or None, got {episode_gap_s}")
+        raise BagError(f"episode_gap_s must be a number of seconds > 0 (inf: gaps never split), "
+                       f"got {episode_gap_s}")
     gap_ns = None if episode_gap_s is None or episode_gap_s * 1e9 >= 2**63 else round(episode_gap_s * 1e9)
     src_args = {"obs_field": obs_field_t, "joints": joints_t, "fields": fields_t,
                 "reset_marker": reset_marker}

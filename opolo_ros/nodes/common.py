@@ -40,6 +40,7 @@ import yaml
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
+from opolo_ros.algo.config import NAME_LISTS, names_text
 from opolo_ros.errors import one_line
 from opolo_ros.ros.runtime import log_lines_over_progress_bars
 from opolo_ros.signals import hold_signals, stop_on_signals
@@ -67,10 +68,14 @@ def coerce(name: str, value: Any, default: ParamValue) -> ParamValue:
     elif isinstance(default, str):
         if isinstance(value, str):
             return value
+        if name in NAME_LISTS and isinstance(names_text(value), str):  # a task file's [slider, hinge]
+            return names_text(value)
     elif isinstance(default, list):
         if default and isinstance(default[0], float) and isinstance(value, (int, float)) \
                 and not isinstance(value, bool):
             return [float(value)]  # one number for a list of numbers: one value (as action_low takes)
+        if default and isinstance(default[0], str) and isinstance(value, str):
+            return [v.strip() for v in value.split(",")]  # -p joints:=slider,hinge (as demos_joints)
         if isinstance(value, (list, tuple)):
             items = list(value)
             if default and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
