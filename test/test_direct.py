@@ -1098,3 +1098,24 @@ def test_light_checkpoints_stay_near_a_full_one_and_a_run_ends_on_a_full_one(tmp
     assert end.done and end.finish().env_steps == 60
     end.close()
     assert "obs" in replay_rows() and not (run / "replay_base.pt").exists()
+
+
+def test_a_joint_state_bag_with_other_joints_is_refused_with_the_tasks_joints_to_give(tmp_path):
+    """A robot's JointState bag read without demos_joints took every joint of its first message:
+    'expert episode 0 has obs_dim 8, the environment has 4' and no word of demos_joints (a
+    walkthrough). The refusal now names the task's joints; with them the bag fits."""
+    from test_bags import JS, SEC, _joint_state, _write_stream
+
+    from opolo_ros.train.direct import check_demonstrations
+
+    names = ["base_yaw", "hinge", "slider", "gripper"]
+    msgs = [(SEC + k * 10_000_000, _joint_state(names, [0.0, 0.01 * k, 0.02 * k, 0.0], [0.0, 0.1, 0.2, 0.0]))
+            for k in range(5)]
+    bag = _write_stream(tmp_path / "robot", {"/joint_states": (JS, msgs)})
+    with pytest.raises(ValueError, match=r"has obs_dim 8, the environment has 4 \(a JointState bag without "
+                       r"demos_joints .* observation is the position,velocity of slider,hinge: .* "
+                       r"e\.g\. demos_joints=slider,hinge\)"):
+        check_demonstrations(small_cfg(tmp_path, bag))
+    check_demonstrations(small_cfg(tmp_path, bag, demos_joints="slider,hinge"))
+    with pytest.raises(ValueError, match=r"has obs_dim 2, the environment has 4$"):  # named: no hint
+        check_demonstrations(small_cfg(tmp_path, bag, demos_joints="slider"))

@@ -124,13 +124,29 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
     try:
         data = ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
     except ValueError as err:
-        raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}") from None
+        raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}"
+                         + _joints_hint(cfg, joints, obs_dim)) from None
     recorded = {str(ep.meta.get("env_id", "")) for ep in demos} - {""}
     other = sorted(t for t in recorded if not same_task_name(t, cfg.env_id))  # MJCF: by file name
     if other:  # same obs_dim (HalfCheetah and Walker2d: 17; a robot model of the pendulum's joints)
         raise ValueError(f"demonstrations {cfg.demos} were recorded on {', '.join(other)} (the bag's "
                          f"metadata says so), not on {cfg.env_id}")
     return demos, data
+
+
+def _joints_hint(cfg: RunConfig, joints: Sequence[str], obs_dim: int) -> str:
+    """For a JointState bag read without ``demos_joints`` (every joint of its first message, in that
+    order): the task model's joints to give instead, where they make its observation."""
+    from opolo_ros.data.bags import JOINT_STATE, demonstration_type
+
+    fields = split_names(cfg.demos_fields)
+    if (cfg.demos_joints or not joints or len(joints) * len(fields) + cfg.time_feature != obs_dim
+            or demonstration_type(cfg.demos, cfg.demos_topic or None) != JOINT_STATE):
+        return ""
+    return (f" (a JointState bag without demos_joints is read as every joint of its first message; "
+            f"{cfg.env_id}'s observation is the {','.join(fields)} of {','.join(joints)}: set "
+            f"demos_joints to the bag's names of those joints in that order, e.g. "
+            f"demos_joints={','.join(joints)})")
 
 
 def check_demonstrations(cfg: RunConfig) -> None:
