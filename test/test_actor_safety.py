@@ -499,6 +499,19 @@ def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, 
     assert err.count("commands at 50 Hz, the policy") == 2 and "was trained at 200 Hz" in err, err
 
 
+def test_a_deploy_actor_without_a_watchdog_says_so(tmp_path, ros_domain_id, capfd):
+    """rate_hz 0 and watchdog_rate_hz 0 turn the watchdog off: said at start-up, not silently."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    for watchdog_hz, warned in ((0.0, True), (50.0, False)):
+        capfd.readouterr()
+        with GraphRunner([NodeSpec("actor", "actor", parameters={
+                "mode": "deploy", "model": str(model), "subscribe_policy": False, "rate_hz": 0.0,
+                "watchdog_rate_hz": watchdog_hz})], ros_domain_id):
+            pass
+        assert ("no watchdog (rate_hz 0 and watchdog_rate_hz 0): when observations stop, the last "
+                "command stays applied" in capfd.readouterr().err) == warned
+
+
 def test_observations_off_the_policys_training_rate_are_warned_of_once(tmp_path, ros_domain_id, ros_node,
                                                                        capfd, monkeypatch):
     """A command per observation (rate_hz 0): the policy runs at the rate observations come. A
@@ -684,6 +697,8 @@ def test_non_finite_or_unusable_parameters_are_refused(tmp_path, ros_domain_id):
                          ({"watchdog_rate_hz": 1e-10}, "'watchdog_rate_hz' must be 0 \\(off\\) or at least"),
                          ({"joint_scale": [1.0, 2.0]}, "'joint_offset' / 'joint_scale' are for JointState"),
                          ({"joints": JOINTS, "joint_scale": [1.0, 2.0]}, "spec scale must have length 4"),
+                         ({"joints": JOINTS, "joint_scale": [0.0, 1.0, 1.0, 1.0]},
+                          r"spec scale has a 0 \(at \[0\]\)"),
                          ({"action_low": [-1.0, -1.0]}, "'action_low' has 2 values, the policy has act_dim")]:
         spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model), **params})
         with pytest.raises(ValueError, match=says):

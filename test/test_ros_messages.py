@@ -291,6 +291,9 @@ def test_encoders_refuse_bad_input() -> None:
         m.demonstration_to_msg(np.zeros((2, 3)), episode_return=1e39)
     with pytest.raises(ValueError, match="length 4"):
         m.ObservationSpec(joints=("a", "b"), scale=[1.0, 2.0])
+    with pytest.raises(ValueError, match=r"spec scale has a 0 \(at \[1, 3\]\)"):  # a value that never moves
+        m.ObservationSpec(joints=("a", "b"), scale=[1.0, 0.0, -1.0, 0.0])
+    assert m.ObservationSpec(joints=("a", "b"), scale=[1.0, 2.0, -1.0, 0.5]).scale.tolist() == [1, 2, -1, 0.5]
 
 
 # ------------------------------------------------------------------------------ qos, runtime

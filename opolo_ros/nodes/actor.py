@@ -334,7 +334,11 @@ class Actor(FinishableNode):
         steady = Clock(clock_type=ClockType.STEADY_TIME) if self.mode == "deploy" else None
         if self.rate_hz > 0:
             self.create_timer(1.0 / self.rate_hz, self._on_timer, clock=steady)
-        elif self.mode == "deploy" and p["watchdog_rate_hz"] > 0:
+        elif self.mode == "deploy" and not p["watchdog_rate_hz"]:
+            self.get_logger().warning(
+                "no watchdog (rate_hz 0 and watchdog_rate_hz 0): when observations stop, the last "
+                "command stays applied; set watchdog_rate_hz (or rate_hz) for safe_command then")
+        elif self.mode == "deploy":
             if 1.0 / p["watchdog_rate_hz"] > self.obs_timeout:
                 self.get_logger().warning(
                     f"watchdog_rate_hz {p['watchdog_rate_hz']:g}: a check every "

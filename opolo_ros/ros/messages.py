@@ -619,6 +619,9 @@ class ObservationSpec:
                 x = _vector(f"spec {name}", value, np.float64)
                 if x.shape != (self.obs_dim,):
                     raise ValueError(f"spec {name} must have length {self.obs_dim}, got {x.size}")
+                if name == "scale" and not x.all():  # the policy would never see that value move
+                    raise ValueError(f"spec scale has a 0 (at {np.flatnonzero(x == 0).tolist()}): the "
+                                     "value there would always be 0; 1 leaves a value as it is")
                 object.__setattr__(self, name, x)
 
     @property
