@@ -147,7 +147,8 @@ def good_message(obs: np.ndarray, as_joint_state: bool):
 
 @pytest.mark.parametrize("as_joint_state", [False, True], ids=["Float32MultiArray", "JointState"])
 def test_bad_observations_are_dropped_counted_and_never_reach_the_model(tmp_path, ros_domain_id, ros_node,
-                                                                         as_joint_state):
+                                                                         as_joint_state, capfd):
+    """... and logged once per reason in 5 s: one throttle for all hid every reason after the first."""
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
     graph, rig = start(tmp_path, ros_domain_id, ros_node, model, as_joint_state,
                        observation_timeout_s=60.0)
@@ -160,15 +161,21 @@ def test_bad_observations_are_dropped_counted_and_never_reach_the_model(tmp_path
         rig.send(good_message(GOOD[0], as_joint_state))
         for msg in bad.values():
             rig.send(msg)
+        logged = re.findall(r"observation dropped \(\d+ so far\): (.*)", capfd.readouterr().err)
+        for msg in bad.values():  # again, within 5 s: counted, not logged
+            rig.send(msg)
+        again = re.findall(r"observation dropped", capfd.readouterr().err)
         rig.send(good_message(GOOD[1], as_joint_state))
-        assert rig.spin_until(lambda: len(rig.commands) == 2 and rig.counts[-1:] == [len(bad)]), \
+        assert rig.spin_until(lambda: len(rig.commands) == 2 and rig.counts[-1:] == [2 * len(bad)]), \
             f"commands {rig.commands}, counts {rig.counts}"
-    assert actor.rejected_observations == len(bad)
+    assert len(logged) >= 3 and len({re.sub(r"\d", "", line) for line in logged}) == len(logged), logged
+    assert again == [], again
+    assert actor.rejected_observations == 2 * len(bad)
     assert actor.actions == 2 and actor.safe_commands == 0
     assert len(spy.inputs) == 2, "a bad observation reached the model"
     for seen, sent in zip(spy.inputs, GOOD):
         np.testing.assert_array_equal(seen, sent)
-    assert rig.counts == sorted(rig.counts) and rig.counts[-1] == len(bad)  # published, counting up
+    assert rig.counts == sorted(rig.counts) and rig.counts[-1] == 2 * len(bad)  # published, counting up
 
 
 @pytest.mark.parametrize("rate_hz", [0.0, 50.0], ids=["per-observation", "fixed-rate"])

@@ -24,10 +24,11 @@ Deploy safety
       JointState missing a joint of the spec, or whose spec, ``joints`` x ``joint_fields``, does
       not give the model's ``obs_dim``) is dropped before the model sees it, counted in
       ``rejected_observations`` (also published on ``rejected_topic``, std_msgs/Int64) and logged,
-      throttled to one line per 5 s. A model trained with ``time_feature: true`` expects its last
-      input, 1 - t/T, which a JointState cannot hold: with ``time_feature_clock`` T > 0 the actor
-      appends it from its own clock (t counts its commands, 0..T-1, then starts again; it
-      restarts when observations return after the watchdog), and the input holds the other
+      throttled to one line per 5 s for each reason. A model trained with ``time_feature: true``
+      expects its last input, 1 - t/T, which a JointState cannot hold: with
+      ``time_feature_clock`` T > 0 the actor appends it from its own clock (t counts its
+      commands, 0..T-1, then starts again; it restarts when observations return after the
+      watchdog), and the input holds the other
       ``obs_dim`` - 1 values; without it, the input must hold all ``obs_dim``. A spec that does
       not give the model's input (or a clock for a model trained without the feature) is refused
       at start-up (ParameterError, one line), and a policy of another size is refused when loaded.
@@ -90,6 +91,7 @@ import gc
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -144,6 +146,7 @@ LOG_THROTTLE_S = 5.0
 STALE_RECHECK_S = 5.0  # while stale: how often the publishers of the observation topic are looked at again
 MIN_RATE_HZ = 1e-3  # rate_hz / watchdog_rate_hz: a period of at most 1000 s
 RATE_TOLERANCE = 0.1  # deploy: a rate_hz this far (relative) from the model's training rate is warned of
+MAX_REJECT_REASONS = 64  # dropped observations: reasons whose last log time is kept (each throttled)
 RATE_WINDOW = 250  # deploy, once per observation: the observation rate is measured over this many
 SAFE_POINT_POLL_S = 2e-4  # the loader's poll for the end of a control step
 SAFE_POINT_MAX_WAIT_S = 0.05  # no control step within this: the actor is idle, go ahead
@@ -178,6 +181,7 @@ class Actor(FinishableNode):
         self._stale_note, self._stale_checked = "", 0.0  # the publishers note last logged, and when
         self._final_sent = False  # the safe command on exit (close() may run twice)
         self._rate_warned: float | None = None  # the training rate a rate_hz mismatch was warned of
+        self._rejects_logged: dict[str, float] = {}  # reason of a dropped observation -> when logged
         self._obs_rate_warned: float | None = None  # ... an observation rate mismatch was warned of
         self._window_at = 0.0  # once per observation: when the rate window began (0: not yet)
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
@@ -596,8 +600,15 @@ class Actor(FinishableNode):
         hint = (" (the policy takes the time feature as its last input: time_feature_clock?)"
                 if self.mode == "deploy" and one_short and current is not None
                 and current.metadata.time_feature and not self._extra else "")
-        self.get_logger().warning(f"observation dropped ({self.rejected_observations} so far): {err}{hint}",
-                                  throttle_duration_sec=LOG_THROTTLE_S)
+        # Throttled per reason (numbers aside): one shared throttle hid every later reason behind
+        # the first (a NaN logged, then a missing joint counted without a word)
+        reason, now = re.sub(r"\d+(\.\d+)?", "#", str(err)), time.monotonic()
+        if now - self._rejects_logged.get(reason, -math.inf) < LOG_THROTTLE_S:
+            return
+        if len(self._rejects_logged) >= MAX_REJECT_REASONS:
+            self._rejects_logged.clear()  # (a bounded memory: reasons that vary without end)
+        self._rejects_logged[reason] = now
+        self.get_logger().warning(f"observation dropped ({self.rejected_observations} so far): {err}{hint}")
 
     def _expected_obs_dim(self) -> int | None:
         """Values an observation message must hold: the model's input less what the clock adds."""
