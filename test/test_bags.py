@@ -402,13 +402,22 @@ def test_error_non_finite(tmp_path: Path) -> None:
     obs = np.zeros((4, 2), dtype=np.float32)
     obs[2, 1] = np.nan
     bag = _write_stream(tmp_path / "nan", {"/obs": (F32, _stream(obs))})
-    with pytest.raises(ValueError, match="message 2: observation contains NaN or inf"):
+    with pytest.raises(ValueError, match=r"message 2: observation contains NaN or inf \(value 1 = nan\)"):
         read_demonstrations(bag)
     obs[2, 1] = np.inf
     bag = _write_stream(tmp_path / "inf", {"/obs": (F64, [(t, _multiarray(F64, m.data))
                                                            for t, m in _stream(obs)])})
-    with pytest.raises(ValueError, match="NaN or inf"):
+    with pytest.raises(ValueError, match=r"NaN or inf \(value 1 = inf\)"):
         read_demonstrations(bag)
+    # a JointState's value is named by its field and joint (the first message's order, or joints)
+    msgs = [(SEC + k * 10_000_000, _joint_state(["a", "b"], [0, 0], [0, np.nan if k == 2 else 0]))
+            for k in range(4)]
+    bag = _write_stream(tmp_path / "js", {"/joint_states": (JS, msgs)})
+    with pytest.raises(ValueError, match=r"message 2: .*NaN or inf \(velocity of b = nan\)") as exc:
+        read_demonstrations(bag)
+    _one_line(exc)
+    with pytest.raises(ValueError, match=r"\(velocity of b = nan\)"):
+        read_demonstrations(bag, joints=["b", "a"])
 
 
 def test_error_joint_missing(tmp_path: Path) -> None:

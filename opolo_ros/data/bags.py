@@ -462,7 +462,16 @@ def _observation(msg: Any, src: _Source, where: str, state: dict) -> np.ndarray 
     return data.astype(np.float64)
 
 
-def _check_obs(obs: np.ndarray, state: dict, expected_obs_dim: int | None, where: str) -> None:
+def _value_names(src: _Source | None, state: dict, size: int) -> list[str]:
+    """What each value of an observation is: "velocity of hinge" for a JointState, else "value k"."""
+    joints = None if src is None or src.msgtype != JOINT_STATE else src.joints or state.get("joints")
+    if joints and src is not None and len(joints) * len(src.fields) == size:
+        return [f"{field} of {joint}" for field in src.fields for joint in joints]
+    return [f"value {k}" for k in range(size)]
+
+
+def _check_obs(obs: np.ndarray, state: dict, expected_obs_dim: int | None, where: str,
+               src: _Source | None = None) -> None:
     if expected_obs_dim is not None and obs.size != expected_obs_dim:
         raise BagError(f"{where}: observation dimension {obs.size}, expected {expected_obs_dim}")
     if state.get("obs_dim") is None:
@@ -471,7 +480,10 @@ def _check_obs(obs: np.ndarray, state: dict, expected_obs_dim: int | None, where
         raise BagError(f"{where}: observation dimension {obs.size}, earlier observations have "
                        f"{state['obs_dim']} (inconsistent)")
     if not np.isfinite(obs).all():
-        raise BagError(f"{where}: observation contains NaN or inf")
+        names = _value_names(src, state, obs.size)
+        bad = [f"{names[k]} = {obs[k]}" for k in np.flatnonzero(~np.isfinite(obs))[:5]]
+        raise BagError(f"{where}: observation contains NaN or inf ({', '.join(bad)}): a demonstration "
+                       "must be finite throughout (record again, or leave that episode out of the bag)")
     if np.abs(obs).max(initial=0.0) > F32_MAX:
         raise BagError(f"{where}: an observation value exceeds the float32 range")
 
@@ -717,7 +729,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
             close_episode(index)
             start_index, last_t, gap_before = index + 1, None, None
             continue
-        _check_obs(obs, state, expected_obs_dim, where)
+        _check_obs(obs, state, expected_obs_dim, where, src)
         if last_t is not None and t <= last_t:  # storage returns a file's messages in time order
             raise BagError(f"{where}: its time stamp is not after the previous message's ({t} <= {last_t} "
                            "ns): not one stream in time order (a clock that restarted, several "
