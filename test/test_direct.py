@@ -1119,3 +1119,19 @@ def test_a_joint_state_bag_with_other_joints_is_refused_with_the_tasks_joints_to
     check_demonstrations(small_cfg(tmp_path, bag, demos_joints="slider,hinge"))
     with pytest.raises(ValueError, match=r"has obs_dim 2, the environment has 4$"):  # named: no hint
         check_demonstrations(small_cfg(tmp_path, bag, demos_joints="slider"))
+
+
+def test_exploration_actions_are_clipped_to_the_unit_box_before_the_replay(tmp_path, demos):
+    """pi(s) + noise is clipped to [-1, 1] before it is stored: the env clips its own copy anyway,
+    so a mutation test that dropped the clip survived (the replay then held actions up to ~2.5)."""
+    cfg = small_cfg(tmp_path, demos, schedule={"warmup_steps": 0, "exploration_noise": 0.5,
+                                               "batch_size": 16})
+    trainer = DirectTrainer(cfg)
+    with torch.no_grad():  # pi(s) = tanh(large) = 1 everywhere: half the noisy actions exceed 1
+        trainer.learner.actor.net[-1].bias.fill_(10.0)
+    actions = np.array([trainer.select_action() for _ in range(50)])
+    assert np.abs(actions).max() <= 1.0 and (actions == 1.0).sum() >= 10, actions.ravel()
+    for _ in range(10):
+        trainer.env_step()
+    stored = trainer.runner.replay.action[: len(trainer.runner.replay)]
+    assert stored.abs().max() <= 1.0 and (stored == 1.0).any()

@@ -20,6 +20,9 @@ def test_f_star_quadratic_and_pq_family():
 def test_bellman_target_masks_terminals():
     out = losses.bellman_target(T([1.0, 2.0]), T([10.0, 20.0]), T([1.0, 0.0]), 0.5)
     assert torch.allclose(out, T([6.0, 2.0]))
+    # gamma 0.5 is also 1 - gamma: 0.9 tells gamma from 1 - gamma (a mutation test's survivor)
+    out = losses.bellman_target(T([1.0, 2.0]), T([10.0, 20.0]), T([1.0, 0.0]), 0.9)
+    assert torch.allclose(out, T([10.0, 2.0]))
 
 
 def test_reward_is_minus_log_one_minus_d_with_clipping():

@@ -240,3 +240,79 @@ def test_opolo_x_schedules_no_inverse_model_update_and_opolo_does():
     # the rest of the schedule is the same: the discriminator and the critic still train
     assert opolo_x["disc"] == opolo["disc"] == 2 * 11
     assert opolo_x["critic"] == opolo["critic"] == 5 * 21  # at steps 100, 110, ..., 300
+
+
+def test_lambda_weighs_the_inverse_regulariser():
+    """Not only whether the policy loss reads P_I (above) but with what weight: lam (a mutation test
+    set the weight to 1 and only the float64 reference of test_speed_equivalence saw it)."""
+    e = expert()
+    regs = {}
+    for lam in (0.3, 0.6):
+        lrn = make(lam=lam)
+        _, metrics = lrn.actor_loss(batch(), e)
+        regs[lam] = metrics["actor/inverse_reg"].item()
+        assert regs[lam] == pytest.approx(lam * losses.inverse_regulariser(
+            lrn.actor(e.obs), lrn.inverse(e.obs, e.next_obs), 1.0).item(), rel=1e-5)
+        assert regs[lam] > 0
+    assert regs[0.6] == pytest.approx(2 * regs[0.3], rel=1e-5)
+
+
+def test_p_i_normaliser_takes_the_replay_states_and_leaves_d_s_alone():
+    lrn = make()
+    assert lrn.inverse.norm is not None and lrn.disc.norm is not None  # released: both normalise
+    zeros = torch.zeros(B)
+    d_count = float(lrn.disc.norm.count)
+    lrn.update_inverse(Transitions(torch.full((B, OBS), 4.0), torch.zeros(B, ACT), torch.full((B, OBS), 2.0),
+                                   zeros, zeros, zeros))
+    assert torch.allclose(lrn.inverse.norm.mean, torch.full((OBS,), 3.0), atol=1e-4)  # s and s'
+    assert float(lrn.inverse.norm.count) == pytest.approx(2 * B, abs=1e-3)
+    assert float(lrn.disc.norm.count) == d_count
+
+
+def _runner(policy_delay: int):
+    """An UpdateRunner over a replay of states +7 and expert episodes of states -7."""
+    import numpy as np
+
+    from opolo_ros.algo.config import ScheduleConfig
+    from opolo_ros.algo.schedule import Schedule
+    from opolo_ros.data.demos import Episode, ExpertDataset
+    from opolo_ros.data.replay import ReplayBuffer
+    from opolo_ros.train.runner import UpdateRunner
+
+    replay = ReplayBuffer(OBS, ACT, capacity=128, seed=0)
+    n = 64
+    replay.add(np.full((n, OBS), 7.0), np.zeros((n, ACT)), np.full((n, OBS), 7.0), np.zeros(n),
+               np.zeros(n), np.zeros(n))
+    experts = ExpertDataset([Episode(np.full((10, OBS), -7.0, np.float32), 0.0)], OBS, seed=0)
+    schedule = Schedule(ScheduleConfig(batch_size=B, policy_delay=policy_delay))
+    return UpdateRunner(make(), schedule, replay, experts)
+
+
+@pytest.mark.parametrize("delay,critic,actor", [(2, 4, 2), (3, 6, 2), (1, 3, 3)])
+def test_the_update_runner_runs_each_part_of_a_plan_with_the_policy_delay(delay, critic, actor):
+    """The runner is what the schedule's plans become: every count, P_I pre-training included, and
+    the policy delay (mutation tests that skipped the pre-training or ignored the delay survived)."""
+    from opolo_ros.algo.schedule import Plan
+
+    runner = _runner(delay)
+    lrn = runner.learner
+    runner.run(Plan(inverse_pretrain=3, disc=2, inverse=1, critic=critic))
+    assert (lrn.inverse_steps, lrn.disc_steps, lrn.critic_steps, lrn.actor_steps) == (4, 2, critic, actor)
+
+
+def test_the_update_runner_trains_d_on_replay_against_expert_states():
+    """D separates the replay's transitions (+7) from the expert's (-7), each on its own side: D
+    trained on expert against expert survived a mutation test (the learning test passes without
+    the adversarial part: with lam 5 the P_I regulariser alone learns InvertedPendulum)."""
+    from opolo_ros.algo.schedule import Plan
+
+    runner = _runner(2)
+    lrn = runner.learner
+    seen = []
+    update = lrn.update_discriminator
+    lrn.update_discriminator = lambda policy, expert: seen.append((policy, expert)) or update(policy, expert)
+    runner.run(Plan(disc=2))
+    assert len(seen) == 2
+    for policy, expert_pairs in seen:
+        assert (policy.obs == 7).all() and (policy.next_obs == 7).all()
+        assert (expert_pairs.obs == -7).all() and (expert_pairs.next_obs == -7).all()

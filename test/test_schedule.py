@@ -16,6 +16,15 @@ def test_released_code_schedule():
     assert s.plan(11_000) == Plan(disc=10, inverse=50, critic=1_000)
 
 
+def test_d_and_p_i_keep_their_own_frequencies():
+    """Every other test gives D and P_I one frequency: P_I on D's went unseen (a mutation test)."""
+    s = Schedule(ScheduleConfig(disc_freq=500, inverse_freq=250, disc_steps=10, inverse_steps=50))
+    assert s.plan(10_250) == Plan(inverse=50)
+    assert s.plan(10_500) == Plan(disc=10, inverse=50)
+    s = Schedule(ScheduleConfig(disc_freq=250, inverse_freq=500, disc_steps=10, inverse_steps=50))
+    assert s.plan(10_250) == Plan(disc=10)
+
+
 def test_critic_steps_due_matches_plans():
     for cfg in (ScheduleConfig(), ScheduleConfig(warmup_steps=250, train_freq=1, gradient_steps=1),
                 ScheduleConfig(warmup_steps=130, train_freq=50, gradient_steps=25)):
