@@ -1135,3 +1135,32 @@ def test_exploration_actions_are_clipped_to_the_unit_box_before_the_replay(tmp_p
         trainer.env_step()
     stored = trainer.runner.replay.action[: len(trainer.runner.replay)]
     assert stored.abs().max() <= 1.0 and (stored == 1.0).any()
+
+
+def test_the_random_baseline_waits_for_the_first_evaluation_and_a_stop_ends_it(tmp_path, demos, monkeypatch):
+    """R_random (10 random episodes: seconds for a task without termination) ran as a new learner
+    started, where no stop was checked: a Ctrl-C right after starting Swimmer took 10-15 s (a
+    review). Neither trainer starts with it now, and a stop ends it as it ends an evaluation."""
+    from opolo_ros.sim import envs
+    from opolo_ros.train import direct as direct_module
+    from opolo_ros.train import stream as stream_module
+
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(envs.EvaluationInterrupted):
+        envs.random_policy_return("InvertedPendulum-v5", 10, stop=stop)
+
+    def not_at_start(*args, **kwargs):
+        raise AssertionError("R_random computed at start-up")
+
+    for module in (direct_module, stream_module):
+        monkeypatch.setattr(module, "random_policy_return", not_at_start)
+    cfg = small_cfg(tmp_path, demos, run_dir=str(tmp_path / "stream"))
+    hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("stream"))
+    stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
+    stream.start(DirectTrainer(cfg).demos, resume=False, journal=True, journal_fsync=False)
+    assert math.isnan(stream.random_return)
+    stream.close()
+    monkeypatch.undo()
+    trained = DirectTrainer(small_cfg(tmp_path, demos, total_steps=100)).train()  # the final evaluation
+    assert math.isfinite(trained.random_return) and trained.random_return > 0

@@ -161,13 +161,17 @@ def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: 
     return np.asarray(returns)
 
 
-def random_policy_return(env_id: str, episodes: int = 10, seed: int = 20_000) -> float:
-    """Mean return of uniform random actions: R_random of the normalised score."""
+def random_policy_return(env_id: str, episodes: int = 10, seed: int = 20_000,
+                         stop: threading.Event | None = None) -> float:
+    """Mean return of uniform random actions: R_random of the normalised score. With `stop`,
+    :class:`EvaluationInterrupted` as :func:`evaluate` raises it (10 random episodes of a task
+    without termination take seconds: a run's first evaluation does this, not its start-up, which
+    a signal must be able to end within 2 s)."""
     env = make_env(env_id)
     space = env.action_space
     space.seed(seed)
     env.close()
-    return float(evaluate(lambda _obs: space.sample(), env_id, episodes, seed).mean())
+    return float(evaluate(lambda _obs: space.sample(), env_id, episodes, seed, stop=stop).mean())
 
 
 def normalised_score(ret: float, random_ret: float, expert_ret: float) -> float:

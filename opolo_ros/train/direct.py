@@ -467,8 +467,6 @@ class DirectTrainer:
             kept = write_run_config(self.run_dir, to_dict(cfg), self.step)
             if kept is not None:
                 tqdm.write(f"the config it ran under until now is kept as {kept}")
-        if math.isnan(self.random_return):
-            self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
         logger = RunLogger(self.run_dir, purge_from=purge_step(self.step))
         self._t0 = time.perf_counter()
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
@@ -546,6 +544,8 @@ class DirectTrainer:
 
     def _log_eval(self, logger: RunLogger, bar: tqdm | None,
                   stop: threading.Event | None = None) -> tuple[float, float]:
+        if math.isnan(self.random_return):  # the score's baseline, at the first evaluation (stoppable)
+            self.random_return = random_policy_return(self.cfg.env_id, self.cfg.eval_episodes, stop=stop)
         mean, std = self.evaluate(self.cfg.eval_episodes, stop)
         norm = normalised_score(mean, self.random_return, self.expert_return)
         logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})

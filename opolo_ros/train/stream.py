@@ -190,8 +190,6 @@ class StreamTrainer:
         if math.isfinite(cfg.stop_at_return) and is_mjcf(cfg.env_id):
             self.hooks.log.warning(f"stop_at_return={cfg.stop_at_return:g} has no effect: an MJCF task "
                                    "has no return to evaluate")
-        if math.isnan(self.random_return) and not is_mjcf(cfg.env_id):
-            self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes)
         self.logger = RunLogger(self.run_dir, purge_from=purge_step(self.step))
         self._t0 = time.perf_counter()
 
@@ -482,6 +480,8 @@ class StreamTrainer:
         cfg = self.cfg
         if is_mjcf(cfg.env_id):
             return math.nan, math.nan
+        if math.isnan(self.random_return):  # the score's baseline, at the first evaluation (stoppable)
+            self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes, stop=self.stop)
         returns = evaluate(PolicyFn(self.learner.actor, self.scaler), cfg.env_id, cfg.eval_episodes,
                            seed=10_000 + cfg.seed, time_feature=cfg.time_feature, stop=self.stop)
         mean, std = float(returns.mean()), float(returns.std())
