@@ -124,6 +124,48 @@ def test_a_node_program_stopped_while_it_imports_says_so_and_exits_0(ros_domain_
         assert not (tmp_path / "runs").exists()
 
 
+def test_a_signal_while_a_node_closes_aborts_with_one_line_and_status_130(ros_domain_id, tmp_path) -> None:
+    """A learner waiting in close() for its stop checkpoint: the third signal (the first asks to
+    stop, the second ends the wait for the node to finish) came out of close() as a traceback, the
+    cleanup was skipped and the interpreter shut down under the running worker: a segfault, status
+    139 (a review). A node whose close takes long stands in for the learner here."""
+    code = ("import sys, threading, time\n"
+            "from opolo_ros.nodes.common import FinishableNode, run_node\n"
+            "class Slow(FinishableNode):\n"
+            "    def __init__(self, node_name='slow', **kw):\n"
+            "        super().__init__(node_name, **kw)\n"
+            "        busy = lambda: [sum(range(1000)) for _ in iter(int, 1)]  # noqa: E731\n"
+            "        self.worker = threading.Thread(target=busy, daemon=True)\n"
+            "        self.worker.start()\n"
+            "        print('ready', flush=True)\n"
+            "    def close(self):\n"
+            "        print('closing', flush=True)\n"
+            "        self.worker.join(timeout=60.0)\n"
+            "run_node(Slow)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)  # stop: the node never finishes, the wait goes on
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # ends the wait: close() starts
+        assert proc.stdout.readline().strip() == "closing"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # during the close
+        out = proc.communicate(timeout=30)[0]
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, out)
+    assert "Traceback" not in out and "Fatal" not in out, out
+    assert out.strip() == ("slow: stopped again while closing: aborted (the last checkpoint and the replay "
+                           "journal are kept, as after kill -9)"), out
+    assert took < 2.0, took
+
+
 def _catches(pid: int, sig: int) -> bool:
     """Whether process `pid` has a handler for `sig` (SigCgt in /proc/<pid>/status)."""
     try:

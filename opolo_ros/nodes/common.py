@@ -16,7 +16,10 @@ Signals (``main()``)
     SIGINT and SIGTERM ask the node to stop (:meth:`FinishableNode.request_stop`): the executor keeps
     spinning, with the context alive, until the node has finished what it must (the learner writes
     a checkpoint), at most :data:`STOP_TIMEOUT_S`; then the node is closed and destroyed and the
-    process exits with status 0. A second signal aborts the wait. rclpy's own handlers (which
+    process exits with status 0. A second signal ends that wait (the node is then closed: a
+    learner's close waits for its stop checkpoint); a signal during the close aborts it, one line
+    and status 130 (a learner's last checkpoint and replay journal are kept, as after kill -9).
+    rclpy's own handlers (which
     shut the context down at once, under a learner that is still publishing) are not installed.
     Bad parameters end the process with a one-line error and status 2.
 
@@ -326,7 +329,7 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
             status = 2
         finally:
             if node is not None:
-                node.close()  # a node whose close must not be broken off holds signals itself
+                _close(node, default_node_name(factory), exit_process=args is None)
                 failed = getattr(node, "error", None)  # the work ended without its result (learner,
                 if failed is not None and status == 0:  # recorder), also in its close (a bag's index)
                     print(f"{default_node_name(factory)}: failed: {one_line(failed)}", file=sys.stderr)
@@ -340,6 +343,21 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     if args is None:
         exit_now(status)
     return status
+
+
+def _close(node: FinishableNode, name: str, exit_process: bool) -> None:
+    """``node.close()``; a signal during it (a learner waiting for its stop checkpoint) aborts: one
+    line, and the process ends with 130 at once. (It escaped the cleanup, and the interpreter then
+    shut down under the learner's running worker thread: a segfault and a trace.) A node whose close
+    must not be broken off holds signals itself."""
+    try:
+        node.close()
+    except KeyboardInterrupt:
+        print(f"{name}: stopped again while closing: aborted (the last checkpoint and the replay "
+              "journal are kept, as after kill -9)", file=sys.stderr)
+        if exit_process:
+            exit_now(130)
+        raise
 
 
 POLICY_EVERY_TARGET = 250
