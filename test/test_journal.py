@@ -76,11 +76,18 @@ def test_torn_or_corrupt_tail_is_dropped(tmp_path):
     torn = ReplayJournal(path, FIELDS)
     assert same(torn.open(), records[:2])
     assert torn.dropped == (len(records[2].encode()) - 5, records[1].end_step)  # what the learner logs
+    assert torn.damaged_copy is None  # a torn tail: nothing to keep
     corrupt = bytearray(data)
     corrupt[HEADER.size + 4] ^= 0xFF  # a flipped bit in the first record's rows: its crc fails
     path.write_bytes(bytes(corrupt))
     damaged = ReplayJournal(path, FIELDS)
     assert damaged.open() == [] and damaged.dropped == (len(data), None)
+    # whole records follow the damage: not a torn tail, and the file's bytes are kept aside (they
+    # were rewritten away, the acknowledged records after the damage with them)
+    assert damaged.damaged_copy is not None and damaged.damaged_copy.read_bytes() == bytes(corrupt)
+    assert damaged.damaged_copy.name.startswith("j.bin.damaged-")
+    damaged.close()
+    damaged.damaged_copy.unlink()
     path.write_bytes(data + b"\x00" * 3)
     journal = ReplayJournal(path, FIELDS)
     assert same(journal.open(), records) and journal.dropped == (3, records[-1].end_step)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -83,6 +84,17 @@ def _records(data: bytes) -> Iterator[tuple[int, JournalRecord]]:
         offset = end
 
 
+def _whole_record_after(data: bytes, start: int) -> bool:
+    """Whether a whole, valid record starts anywhere in `data` after `start`: then what ends the
+    journal at `start` is damage in its middle, not a tail a crash cut short."""
+    offset = data.find(MAGIC, start + 1)
+    while offset != -1:
+        if next(_records(data[offset:]), None) is not None:
+            return True
+        offset = data.find(MAGIC, offset + 1)
+    return False
+
+
 def read_records(path: Path) -> list[JournalRecord]:
     """The whole records of a journal file, without opening it for appending (nor rewriting it)."""
     return [rec for _, rec in _records(path.read_bytes())] if path.is_file() else []
@@ -102,6 +114,8 @@ class ReplayJournal:
         self._size = 0
         # what open() left out of the file: (bytes, the step after the last whole record or None)
         self.dropped: tuple[int, int | None] = (0, None)
+        # a journal damaged in its middle (whole records after the bad bytes): its bytes, kept here
+        self.damaged_copy: Path | None = None
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix="journal_fsync") if fsync else None
         self._sync: Future | None = None  # the fsync of the newest records, running
 
@@ -115,6 +129,12 @@ class ReplayJournal:
         parsed = list(_records(data))
         whole = parsed[-1][0] + HEADER.size + parsed[-1][1].rows.nbytes if parsed else 0
         self.dropped = (len(data) - whole, parsed[-1][1].end_step if parsed else None)
+        self.damaged_copy = None
+        if self.dropped[0] and _whole_record_after(data, whole):  # not a torn tail: keep the file
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            self.damaged_copy = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+            self.damaged_copy.write_bytes(data)
+            fsync_dir(self.path.parent)
         records = [rec for _, rec in parsed if rec.end_step > keep_from]
         for rec in records:
             if rec.rows.shape[1] != self.fields:

@@ -221,11 +221,16 @@ class StreamTrainer:
         except ValueError as err:  # another task's journal: one line, as a checkpoint that does not fit
             raise CheckpointError(f"{err}; use another run_dir (or resume:=false to start over)") from None
         dropped, after = self.journal.dropped
-        if dropped:
-            where = "at its start" if after is None else f"after transition {after}"
+        where = "at its start" if after is None else f"after transition {after}"
+        if self.journal.damaged_copy is not None:
+            self.hooks.log.error(f"replay journal {self.journal_path} is damaged {where}: whole records "
+                                 f"follow the damage, so acknowledged transitions after it are lost to "
+                                 f"this run ({dropped} bytes); the file as it was is kept as "
+                                 f"{self.journal.damaged_copy}")
+        elif dropped:
             self.hooks.log.warning(f"replay journal {self.journal_path}: {dropped} bytes {where} are no "
                                    "whole record and were dropped: a write a crash cut short (never "
-                                   "acknowledged), or a damaged file (then transitions after it are lost)")
+                                   "acknowledged)")
         return records
 
     @property
