@@ -472,7 +472,9 @@ def _write_launch_record(graph: GraphRunner, path: Path, args: Mapping[str, str]
                               "parameters": {k: list(v) if isinstance(v, tuple) else v
                                              for k, v in s.parameters.items()}}
                         for key, s in zip(graph.keys, graph.specs)}}
-    (run_dir / "launch_params.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    from opolo_ros.train.runfolder import write_text_atomic
+
+    write_text_atomic(run_dir / "launch_params.yaml", yaml.safe_dump(record, sort_keys=False))
 
 
 def print_arguments(name: str) -> None:

@@ -7,6 +7,7 @@ import re
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1164,3 +1165,26 @@ def test_the_random_baseline_waits_for_the_first_evaluation_and_a_stop_ends_it(t
     monkeypatch.undo()
     trained = DirectTrainer(small_cfg(tmp_path, demos, total_steps=100)).train()  # the final evaluation
     assert math.isfinite(trained.random_return) and trained.random_return > 0
+
+
+def test_a_write_cut_short_leaves_the_run_config_whole(tmp_path, monkeypatch):
+    """config.yaml was written in place: a kill in the middle left a torn file, which the next
+    resume kept as the config the run had used (a review). It is renamed into place now."""
+    from opolo_ros.train.runfolder import write_run_config
+
+    write_run_config(tmp_path, {"seed": 1, "env_id": "Hopper-v5"}, step=0)
+    before = (tmp_path / "config.yaml").read_text()
+    real = Path.write_text
+
+    def torn(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError("killed mid-write")
+
+    monkeypatch.setattr(Path, "write_text", torn)
+    with pytest.raises(OSError, match="killed mid-write"):
+        write_run_config(tmp_path, {"seed": 2, "env_id": "Hopper-v5"}, step=0)
+    monkeypatch.undo()
+    assert (tmp_path / "config.yaml").read_text() == before
+    write_run_config(tmp_path, {"seed": 2, "env_id": "Hopper-v5"}, step=0)  # the next write replaces all
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["seed"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]

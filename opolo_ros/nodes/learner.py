@@ -90,6 +90,7 @@ from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature
 from opolo_ros.train.checkpoint import CheckpointError, CheckpointWriteError, TrainingDiverged
 from opolo_ros.train.direct import TrainResult
 from opolo_ros.train.reorder import ReceivedSeqs, ReorderBuffer
+from opolo_ros.train.runfolder import write_text_atomic
 from opolo_ros.train.runlock import RunFolderInUse
 from opolo_ros.train.stream import StreamHooks, StreamTrainer
 
@@ -270,8 +271,8 @@ class Learner(FinishableNode):
         self.trainer.start(episodes, resume=self.params["resume"], journal=self.params["journal"],
                            journal_fsync=self.params["journal_fsync"])  # takes the run folder's lock
         params = {**flatten(to_dict(self.cfg)), **self.params, "policy_every": self.trainer.policy_every}
-        (self.trainer.run_dir / "learner_params.yaml").write_text(
-            yaml.safe_dump({"learner": {"ros__parameters": params}}, sort_keys=False))
+        write_text_atomic(self.trainer.run_dir / "learner_params.yaml",
+                          yaml.safe_dump({"learner": {"ros__parameters": params}}, sort_keys=False))
         self.run_folder_taken.set()
         return True
 

@@ -39,6 +39,14 @@ def set_aside_previous_run(run_dir: Path) -> Path | None:
     return dest
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """`text` into a temporary file beside `path`, renamed over it: a crash never leaves half a
+    file (a torn config.yaml was kept by the next resume as the config the run had used)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_run_config(run_dir: Path, config: dict[str, Any], step: int) -> Path | None:
     """Write the run's ``config.yaml``. When it held other values and the run is past step 0 (it
     resumes under changed values), that file is kept as ``config-until-step<step>.yaml`` first;
@@ -51,5 +59,5 @@ def write_run_config(run_dir: Path, config: dict[str, Any], step: int) -> Path |
         while kept.exists():  # resumed at the same step twice, each time with other values
             kept, k = run_dir / f"config-until-step{step}-{k}.yaml", k + 1
         os.replace(path, kept)
-    path.write_text(text)
+    write_text_atomic(path, text)
     return kept
