@@ -48,6 +48,7 @@ from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import control_period, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
+    CheckpointAborted,
     CheckpointError,
     changes_note,
     check_finite,
@@ -443,7 +444,10 @@ class StreamTrainer:
                 return False
         self._periodic_due = False
         if cfg.checkpoint_every and n % cfg.checkpoint_every == 0:
-            self.save()
+            try:  # a stop while it writes gives it up: the stop's light checkpoint comes instead
+                self.save(stop=self.stop)
+            except CheckpointAborted:
+                self.hooks.log.info(f"periodic checkpoint at {n} given up for the stop's")
         if n % self.policy_every == 0 and not self._backlog:  # the first one follows the journal
             self._publish_policy()
         return True
@@ -515,7 +519,7 @@ class StreamTrainer:
     def replay_base_path(self) -> Path:
         return self.run_dir / REPLAY_BASE
 
-    def save(self, light: bool = False) -> bool:
+    def save(self, light: bool = False, stop: threading.Event | None = None) -> bool:
         """Checkpoint, then truncate the replay journal to what the checkpoint does not hold; False
         (nothing written) when the checkpoint on disk is at this point already: a stop during a
         periodic checkpoint, or during the start, wrote the same file again (seconds for a large
@@ -524,7 +528,9 @@ class StreamTrainer:
         `light` (a stop): without the replay buffer's rows, which the full checkpoint on disk (kept
         as replay_base.pt, a hard link: no copy) and the journal's records since it hold; its
         write no longer grows with the buffer (Ant's 1M transitions: 896 MB). Full where there is
-        no journal or no full checkpoint to refer to. A full checkpoint drops replay_base.pt."""
+        no journal or no full checkpoint to refer to. A full checkpoint drops replay_base.pt.
+        `stop`: :class:`CheckpointAborted` when it is set while the file is written (nothing
+        changed: the checkpoint on disk, replay_base.pt and the journal are as they were)."""
         if self._saved_at == self._save_point() and (light or self._base_step is None):
             return False  # (a full one replaces a light one at the same point: a finished run's)
         check_finite(self.learner, self.step, self.checkpoint_path.name)
@@ -544,7 +550,7 @@ class StreamTrainer:
             "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
             "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high,
                                    self.control_period),
-        })
+        }, stop=stop)
         if not light:
             self._base_step = None
             self.replay_base_path.unlink(missing_ok=True)
