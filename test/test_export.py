@@ -135,6 +135,14 @@ def test_export_leaves_actor_alone_and_replaces_atomically(nets, tmp_path) -> No
     assert actor.training
     assert load_policy(path).metadata.version == 2
     assert [p.name for p in path.parent.iterdir()] == ["policy.onnx"]
+    # a write killed midway (kill -9) left its temporary file for good: an old one is removed, a
+    # fresh one (another writer's, maybe in use) is left alone
+    old, fresh = path.with_name(".policy.onnx.dead.tmp"), path.with_name(".policy.onnx.live.tmp")
+    old.write_bytes(b"half a model")
+    fresh.write_bytes(b"being written")
+    os.utime(old, (0, 0))
+    export_policy(actor, path, action_low=-1.0, action_high=1.0, metadata={"env_id": "A", "version": 3})
+    assert sorted(p.name for p in path.parent.iterdir()) == [".policy.onnx.live.tmp", "policy.onnx"]
 
 
 def test_failed_verification_keeps_previous_model(nets, tmp_path, monkeypatch) -> None:

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import stat
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -476,9 +477,18 @@ def export_policy_or_warn(actor: torch.nn.Module, path: str | os.PathLike[str],
         return export_policy(actor, path, verify=False, **kwargs)
 
 
+STALE_TMP_S = 600.0  # a temporary model file older than this is a killed write's
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename: readers see the old or the new model only."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a write killed midway (kill -9); another
+        try:  # writer's may be in use: only those older than STALE_TMP_S
+            if time.time() - stale.stat().st_mtime > STALE_TMP_S:
+                stale.unlink()
+        except OSError:
+            pass
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
