@@ -148,3 +148,31 @@ def test_make_durable_fsyncs_the_records_and_the_folder_without_fsync_set(tmp_pa
     journal.make_durable()
     journal.close()
     assert synced == [(tmp_path / "j.bin").stat().st_ino, tmp_path.stat().st_ino]
+
+
+def test_a_full_disk_is_one_line_naming_the_journal(tmp_path, monkeypatch):
+    """ENOSPC while appending was a bare '[Errno 28]' and a traceback in the learner's log (a
+    review): one line now, the file and the free space named; the records before stay readable."""
+    import errno
+
+    from opolo_ros.data.journal import JournalWriteError
+
+    path = tmp_path / "j.bin"
+    journal = ReplayJournal(path, FIELDS)
+    journal.open()
+    journal.append(record(0, 3, 0))
+    real_write = os.write
+
+    def full(fd, data):
+        real_write(fd, bytes(data[:7]))  # part of the record, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(JournalWriteError, match=rf"could not append to replay journal {path} \(No space "
+                       r"left on device; \d+ MiB free on its disk\): the batch is not acknowledged"):
+        journal.append(record(3, 2, 1))
+    monkeypatch.undo()
+    journal.close()
+    again = ReplayJournal(path, FIELDS)
+    assert same(again.open(), [record(0, 3, 0)]) and again.dropped == (7, 3)  # the torn start dropped
+    again.close()

@@ -33,6 +33,7 @@ is called before the batch is acknowledged.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import time
 import zlib
@@ -45,6 +46,10 @@ import numpy as np
 
 MAGIC = b"OPJ1"
 HEADER = struct.Struct("<4sqIIIII")  # magic, first_step, source, seq, rows, fields, crc32
+
+
+class JournalWriteError(OSError):
+    """A record that could not be appended (a full disk); what the journal held before is kept."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,8 +157,14 @@ class ReplayJournal:
             raise ValueError(f"journal record has {record.rows.shape[1]} fields, expected {self.fields}")
         data = record.encode()
         view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except OSError as err:  # a full disk, most often: one line naming the file (the record's torn
+            free = shutil.disk_usage(self.path.parent).free / 2**20  # start is dropped on restart)
+            raise JournalWriteError(f"could not append to replay journal {self.path} ({err.strerror or err}; "
+                                    f"{free:.0f} MiB free on its disk): the batch is not acknowledged; "
+                                    "the checkpoint and the journal before it are kept") from err
         self._size += len(data)
         self._index.append((record.end_step, self._size - len(data)))
         if self._syncer is not None:

@@ -76,6 +76,7 @@ from opolo_ros.algo.config import (
     update_dataclass,
 )
 from opolo_ros.data.demos import Episode
+from opolo_ros.data.journal import JournalWriteError
 from opolo_ros.nodes.common import (
     FinishableNode,
     ParameterError,
@@ -236,7 +237,8 @@ class Learner(FinishableNode):
                 self.trainer.finish()
         except EvaluationInterrupted:
             pass  # checkpointed below
-        except (RunFolderInUse, CheckpointError, CheckpointWriteError, TrainingDiverged) as err:  # one line
+        except (RunFolderInUse, CheckpointError, CheckpointWriteError, JournalWriteError,
+                TrainingDiverged) as err:  # one line
             self.error = err
             self.get_logger().error(f"learner failed: {err}")
         except Exception as err:  # reported, and the node ends instead of hanging the graph
