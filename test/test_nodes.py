@@ -1019,3 +1019,21 @@ def test_a_p_that_did_not_reach_the_node_is_refused(tmp_path, ros_domain_id, arg
         node.destroy_node()
     finally:
         context.try_shutdown()
+
+
+def test_train_mode_exploration_adds_noise_in_the_policys_unit_box(tmp_path, ros_domain_id):
+    """Past warm-up an action is to_env(clip(to_unit(pi(s)) + noise, -1, 1)): the model's output is in
+    environment units (here [-3, 3]) and goes back to [-1, 1] before the noise. Taken as unit
+    actions it was scaled by 3 again, and no test saw it (a mutation test; the graph still learned)."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)  # pi(s) = 0.3 in env units
+    for noise, check in ((0.0, lambda a: a == pytest.approx([0.3])),
+                         (0.2, lambda a: -3.0 <= a[0] <= 3.0)):
+        spec = NodeSpec("actor", "actor", parameters={"mode": "train", "model": str(model), "warmup_steps": 0,
+                                                      "exploration_noise": noise, "subscribe_policy": False})
+        with GraphRunner([spec], ros_domain_id) as graph:
+            actor = graph.nodes["actor"]
+            actions = np.array([actor.act(np.zeros(4, np.float32)) for _ in range(400)])
+        assert all(check(a) for a in actions), actions[:5]
+        if noise:  # the noise is 0.2 in unit terms: 0.6 in env units around 0.3, not 0.9
+            assert actions.mean() == pytest.approx(0.3, abs=0.1)
+            assert actions.std() == pytest.approx(0.6, rel=0.15)
