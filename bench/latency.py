@@ -112,7 +112,7 @@ class System:
             program, params = [str(Path(__file__).resolve()), ECHO_FLAG], {}
         else:
             program = ["-m", "opolo_ros.nodes.actor"]
-            params = {"mode": "deploy", "model": str(model), "stats_file": str(stats),
+            params = {"mode": "deploy", "model": str(model), "stats_file": str(stats), "rate_check": "false",
                       "echo_sequence": "true", "subscribe_policy": str(swap).lower(), **self.params}
         args = [sys.executable, *program, "--ros-args", "-r", f"__node:={node_name}"]
         for name, value in params.items():

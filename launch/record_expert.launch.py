@@ -76,7 +76,7 @@ def describe(args: dict) -> list:
             "learner_wait_s": 0.0}),  # the replay subscriber is the recorder: no learner to hear first
         NodeSpec("actor", "actor", namespace=ns, parameters={
             **node_parameters(params_file, "actor", ns), "mode": "deploy", "model": model,
-            "subscribe_policy": False}),
+            "subscribe_policy": False, "rate_check": False}),  # lock-step: as fast as it answers
         NodeSpec("demo_recorder", "demo_recorder", namespace=ns, exit_ends_launch=True, parameters={
             **node_parameters(params_file, "demo_recorder", ns), "output": output,
             "episodes": episodes, "storage": args["storage"], "env_id": env,

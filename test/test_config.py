@@ -228,6 +228,7 @@ def test_name_lists_take_a_yaml_list_or_text_and_an_empty_override_is_empty(tmp_
     with pytest.raises(ValueError, match="config 'demos_joints': expected a string"):
         load_run_config(None, {"demos_joints": [1, 2]})
     assert coerce("demos_joints", ["slider", "hinge"], "") == "slider,hinge"  # the learner's parameter
+    assert coerce("bag_joints", ["slider", "hinge"], "") == "slider,hinge"  # demo_player's own
     assert coerce("joints", "slider, hinge", [""]) == ["slider", "hinge"]  # -p joints:=slider,hinge
     with pytest.raises(ParameterError, match="parameter 'task': expected str"):
         coerce("task", ["a"], "")

@@ -850,7 +850,7 @@ def test_a_stop_during_a_periodic_checkpoint_does_not_write_it_again(tmp_path, d
     stream.start(None, resume=False, journal=False, journal_fsync=False)
     writes = []
 
-    def save_then_stop(path, state) -> None:
+    def save_then_stop(path, state, stop=None) -> None:
         writes.append(state["step"])
         stream.stop.set()  # SIGTERM while the checkpoint is written
 

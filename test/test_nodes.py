@@ -73,6 +73,7 @@ def test_record_bag_play_round_trip(tmp_path, ros_domain_id, ros_node, storage, 
                 params_file=str(params))
     specs = record.describe(args)
     assert specs[0].parameters["time_feature"] is time_feature
+    assert specs[1].parameters["rate_check"] is False  # lock-step: no warning of the observation rate
     with GraphRunner(specs, ros_domain_id) as graph:
         assert graph.spin_until(graph.done, timeout_s=60.0), "the recorder did not finish"
         recorded = graph.nodes["demo_recorder"].episodes

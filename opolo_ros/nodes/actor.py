@@ -16,8 +16,8 @@ Modes
     model's bounds) and to ``max_action_rate``; with ``rate_hz`` > 0 the command goes out on a
     fixed-rate timer from the newest observation, else once per observation. A fixed rate more than
     10 % off the rate the model was trained at (1 / its metadata's ``control_period_s``, when it
-    has one) is warned of once, and so are observations that come that far off it (measured over
-    ``RATE_WINDOW`` of them) when each gets a command.
+    has one) is warned of once, and so are observations that come that far off it (in two windows
+    of ``RATE_WINDOW`` in a row; ``rate_check``) when each gets a command.
 
 Deploy safety
     - An observation that is not finite or has the wrong length (Float32MultiArray, or a
@@ -184,6 +184,7 @@ class Actor(FinishableNode):
         self._rejects_logged: dict[str, float] = {}  # reason of a dropped observation -> when logged
         self._obs_rate_warned: float | None = None  # ... an observation rate mismatch was warned of
         self._window_at = 0.0  # once per observation: when the rate window began (0: not yet)
+        self._off_windows = 0  # rate windows in a row off the policy's training rate
         self.actions_by_version: dict[int, int] = {}  # train mode: steps acted on per policy version
         self.inference_ns = latency.DurationLog()  # policy run, deploy
         self.callback_ns = latency.DurationLog()  # observation callback, entry to published command
@@ -285,6 +286,7 @@ class Actor(FinishableNode):
         self.obs_timeout = p["observation_timeout_s"]
         self.max_action_rate = p["max_action_rate"]
         self.ramp_to_safe = p["ramp_to_safe"] and self.max_action_rate > 0
+        self.rate_check = p["rate_check"]
         if p["ramp_to_safe"] and not self.max_action_rate and p["mode"] == "deploy":
             self.get_logger().warning("ramp_to_safe is set but max_action_rate is 0 (no rate limit): "
                                       "the safe command is reached at once")
@@ -629,26 +631,30 @@ class Actor(FinishableNode):
         else:
             self._respond_deploy(obs, seq, now)
             self.callback_ns.add(perf_counter_ns() - start)
-            if self._ticks % RATE_WINDOW == 0:
+            if self._ticks % RATE_WINDOW == 0 and self.rate_check:
                 self._check_observation_rate(now)
         self._count_tick()
 
     def _check_observation_rate(self, now: float) -> None:
         """Deploy, a command per observation: the policy runs at the rate observations come. More
-        than RATE_TOLERANCE from its training rate is warned of once per rate (a robot's
-        joint_state_broadcaster publishes at the controller manager's rate, often 100 Hz or more)."""
+        than RATE_TOLERANCE from its training rate in two windows in a row (one pause is no rate)
+        is warned of once per rate (a robot's joint_state_broadcaster publishes at the controller
+        manager's rate, often 100 Hz or more)."""
         start, self._window_at = self._window_at, now
         current = self.current
         trained = current.metadata.control_rate_hz if current is not None else None
         if not start or trained is None or trained == self._obs_rate_warned:
             return
         rate = RATE_WINDOW / (now - start)
-        if abs(rate - trained) > RATE_TOLERANCE * trained:
+        off = abs(rate - trained) > RATE_TOLERANCE * trained
+        self._off_windows = self._off_windows + 1 if off else 0
+        if self._off_windows >= 2:
             self._obs_rate_warned = trained
             self.get_logger().warning(
                 f"observations come at {rate:.3g} Hz and each gets a command, but the policy "
                 f"{current.origin} was trained at {trained:g} Hz: publish them at {trained:g} Hz, or set "
-                f"rate_hz to {trained:g} for commands on a fixed-rate timer from the newest observation")
+                f"rate_hz to {trained:g} for commands on a fixed-rate timer from the newest observation "
+                "(a lock-step simulation, or one faster or slower than real time: rate_check false)")
 
     def _on_timer(self) -> None:
         """Fixed-rate commands from the newest observation; the safe command when it is stale."""
@@ -729,7 +735,7 @@ class Actor(FinishableNode):
 
     def _recover(self) -> None:
         self.stale = False
-        self._window_at = 0.0  # a silence is no rate: measure anew
+        self._window_at, self._off_windows = 0.0, 0  # a silence is no rate: measure anew
         self._clock_t = 0
         self.get_logger().info("observations are back: policy commands again"
                                + (" (time feature clock restarted)" if self._extra else ""))

@@ -75,6 +75,9 @@ PARAMETERS: dict[str, tuple] = {
     "action_high": ([], "deploy safety limits (upper), as action_low"),
     "max_action_rate": (0.0, "deploy: largest change of a policy command per second; 0 = unlimited "
                              "(the safe command is reached at once unless ramp_to_safe)"),
+    "rate_check": (True, "deploy with rate_hz 0: warn when observations come more than 10 % off "
+                         "the policy's training rate (two windows of 250 in a row); false for a "
+                         "lock-step simulation or one faster or slower than real time"),
     "ramp_to_safe": (False, "deploy with max_action_rate: approach the safe command (watchdog, "
                             "non-finite action, a failed run) at the rate limit too, instead of at "
                             "once; the command sent as the actor stops is never ramped"),

@@ -55,6 +55,11 @@ class ParameterError(ValueError):
     """A parameter value has the wrong type or is out of range."""
 
 
+# String parameters that list names: a YAML list of them is taken too (the learner's run config
+# keys, demo_player's own)
+NAME_LIST_PARAMETERS = NAME_LISTS | {"bag_joints", "bag_fields", "bag_obs_field"}
+
+
 def coerce(name: str, value: Any, default: ParamValue) -> ParamValue:
     """`value` converted to the type of `default` (bool, int, float, str or a list of those)."""
     if isinstance(default, bool):
@@ -71,7 +76,7 @@ def coerce(name: str, value: Any, default: ParamValue) -> ParamValue:
     elif isinstance(default, str):
         if isinstance(value, str):
             return value
-        if name in NAME_LISTS and isinstance(names_text(value), str):  # a task file's [slider, hinge]
+        if name in NAME_LIST_PARAMETERS and isinstance(names_text(value), str):  # a file's [slider, hinge]
             return names_text(value)
     elif isinstance(default, list):
         if default and isinstance(default[0], float) and isinstance(value, (int, float)) \
