@@ -161,8 +161,8 @@ def test_a_signal_while_a_node_closes_aborts_with_one_line_and_status_130(ros_do
             proc.communicate()
     assert proc.returncode == 130, (proc.returncode, out)
     assert "Traceback" not in out and "Fatal" not in out, out
-    assert out.strip() == ("slow: stopped again while closing: aborted (the last checkpoint and the replay "
-                           "journal are kept, as after kill -9)"), out
+    assert out.strip() == ("slow: stopped again while closing: aborted (what it had written is kept: a "
+                           "learner's last checkpoint and replay journal, as after kill -9)"), out
     assert took < 2.0, took
 
 

@@ -1164,7 +1164,12 @@ def test_the_random_baseline_waits_for_the_first_evaluation_and_a_stop_ends_it(t
     assert math.isnan(stream.random_return)
     stream.close()
     monkeypatch.undo()
-    trained = DirectTrainer(small_cfg(tmp_path, demos, total_steps=100)).train()  # the final evaluation
+    trainer = DirectTrainer(small_cfg(tmp_path, demos, total_steps=100))
+    real, at_step = envs.random_policy_return, []
+    monkeypatch.setattr(direct_module, "random_policy_return",
+                        lambda *a, **kw: at_step.append(trainer.step) or real(*a, **kw))
+    trained = trainer.train()
+    assert at_step == [100]  # at the final evaluation (eval_every 0), once, not as the loop started
     assert math.isfinite(trained.random_return) and trained.random_return > 0
 
 
@@ -1230,7 +1235,11 @@ def test_a_stop_while_a_periodic_checkpoint_is_written_gives_it_up_for_the_light
     b = trainer()
     assert b.step == 60
     got = replay_of(b)
-    b.close()
     assert got[0] == expected[0] and torch.equal(got[1], expected[1])
     for x, y in zip(got[2], expected[2], strict=True):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
+    b.catch_up()  # the full checkpoint given up is made up, so that the next stop is light again
+    assert "obs" in load_checkpoint(run / "checkpoint.pt")["runner"]["replay"]
+    assert not (run / "replay_base.pt").exists()
+    stop_at(b, [batch(6)])
+    assert load_checkpoint(run / "checkpoint.pt")["runner"]["replay"]["base_step"] == 60

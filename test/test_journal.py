@@ -76,7 +76,16 @@ def test_torn_or_corrupt_tail_is_dropped(tmp_path):
     torn = ReplayJournal(path, FIELDS)
     assert same(torn.open(), records[:2])
     assert torn.dropped == (len(records[2].encode()) - 5, records[1].end_step)  # what the learner logs
-    assert torn.damaged_copy is None  # a torn tail: nothing to keep
+    assert torn.damaged_copy is None and torn.end_kind == "torn"  # a torn tail: nothing to keep
+    torn.close()
+    last = bytearray(data)
+    last[-1] ^= 0xFF  # the last record whole in length, its check failing: a power cut's, or damage
+    path.write_bytes(bytes(last))
+    flipped = ReplayJournal(path, FIELDS)
+    assert same(flipped.open(), records[:2]) and flipped.end_kind == "last"
+    assert flipped.damaged_copy is not None and flipped.damaged_copy.read_bytes() == bytes(last)
+    flipped.close()
+    flipped.damaged_copy.unlink()
     corrupt = bytearray(data)
     corrupt[HEADER.size + 4] ^= 0xFF  # a flipped bit in the first record's rows: its crc fails
     path.write_bytes(bytes(corrupt))
@@ -85,6 +94,7 @@ def test_torn_or_corrupt_tail_is_dropped(tmp_path):
     # whole records follow the damage: not a torn tail, and the file's bytes are kept aside (they
     # were rewritten away, the acknowledged records after the damage with them)
     assert damaged.damaged_copy is not None and damaged.damaged_copy.read_bytes() == bytes(corrupt)
+    assert damaged.end_kind == "middle"
     assert damaged.damaged_copy.name.startswith("j.bin.damaged-")
     damaged.close()
     damaged.damaged_copy.unlink()
@@ -175,4 +185,11 @@ def test_a_full_disk_is_one_line_naming_the_journal(tmp_path, monkeypatch):
     journal.close()
     again = ReplayJournal(path, FIELDS)
     assert same(again.open(), [record(0, 3, 0)]) and again.dropped == (7, 3)  # the torn start dropped
-    again.close()
+    # the rewrite of a truncation too: one line, its temporary file removed, the journal as it was
+    again.append(record(3, 2, 1))
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(JournalWriteError, match=rf"could not rewrite replay journal {path} .*left as it was"):
+        again.truncate(keep_from=3)  # (keeps the second record: a rewrite)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j.bin"]
+    assert same(ReplayJournal(path, FIELDS).open(), [record(0, 3, 0), record(3, 2, 1)])

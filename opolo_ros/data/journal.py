@@ -100,6 +100,23 @@ def _whole_record_after(data: bytes, start: int) -> bool:
     return False
 
 
+def _end_kind(data: bytes, offset: int) -> str:
+    """What ends the journal's whole records at `offset`: "" (nothing), "torn" (part of a record: an
+    append a crash cut short, never acknowledged), "last" (a last record whose every byte is there
+    but whose check fails: a power cut's unfinished write, or damage to an acknowledged batch) or
+    "middle" (whole valid records follow: damage, and acknowledged transitions after it)."""
+    if offset >= len(data):
+        return ""
+    if _whole_record_after(data, offset):
+        return "middle"
+    if offset + HEADER.size <= len(data):
+        magic, first, _, _, n, fields, _ = HEADER.unpack_from(data, offset)
+        whole_length = offset + HEADER.size + 4 * n * fields == len(data)
+        if magic == MAGIC and n and fields and first >= 0 and whole_length:
+            return "last"
+    return "torn"
+
+
 def read_records(path: Path) -> list[JournalRecord]:
     """The whole records of a journal file, without opening it for appending (nor rewriting it)."""
     return [rec for _, rec in _records(path.read_bytes())] if path.is_file() else []
@@ -119,7 +136,8 @@ class ReplayJournal:
         self._size = 0
         # what open() left out of the file: (bytes, the step after the last whole record or None)
         self.dropped: tuple[int, int | None] = (0, None)
-        # a journal damaged in its middle (whole records after the bad bytes): its bytes, kept here
+        # what ended the whole records (_end_kind), and the file's bytes kept for "last" or "middle"
+        self.end_kind = ""
         self.damaged_copy: Path | None = None
         self._syncer = ThreadPoolExecutor(1, thread_name_prefix="journal_fsync") if fsync else None
         self._sync: Future | None = None  # the fsync of the newest records, running
@@ -134,17 +152,17 @@ class ReplayJournal:
         parsed = list(_records(data))
         whole = parsed[-1][0] + HEADER.size + parsed[-1][1].rows.nbytes if parsed else 0
         self.dropped = (len(data) - whole, parsed[-1][1].end_step if parsed else None)
-        self.damaged_copy = None
-        if self.dropped[0] and _whole_record_after(data, whole):  # not a torn tail: keep the file
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            self.damaged_copy = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
-            self.damaged_copy.write_bytes(data)
-            fsync_dir(self.path.parent)
         records = [rec for _, rec in parsed if rec.end_step > keep_from]
         for rec in records:
             if rec.rows.shape[1] != self.fields:
                 raise ValueError(f"replay journal {self.path} holds transitions of {rec.rows.shape[1]} "
                                  f"fields, this run has {self.fields} (another task's run folder?)")
+        self.end_kind, self.damaged_copy = _end_kind(data, whole), None
+        if self.end_kind in ("last", "middle"):  # maybe damage: keep the file before the rewrite
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            self.damaged_copy = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+            self.damaged_copy.write_bytes(data)
+            fsync_dir(self.path.parent)
         self._rewrite(b"".join(rec.encode() for rec in records))
         return records
 
@@ -160,22 +178,32 @@ class ReplayJournal:
         try:
             while view:
                 view = view[os.write(self._fd, view):]
-        except OSError as err:  # a full disk, most often: one line naming the file (the record's torn
-            free = shutil.disk_usage(self.path.parent).free / 2**20  # start is dropped on restart)
-            raise JournalWriteError(f"could not append to replay journal {self.path} ({err.strerror or err}; "
-                                    f"{free:.0f} MiB free on its disk): the batch is not acknowledged; "
-                                    "the checkpoint and the journal before it are kept") from err
+        except OSError as err:  # (the record's torn start is dropped on restart)
+            raise self._error("append to", err, "the batch is not acknowledged") from err
         self._size += len(data)
         self._index.append((record.end_step, self._size - len(data)))
         if self._syncer is not None:
             self.sync()  # at most one fsync in flight: it covers every record written before it
             self._sync = self._syncer.submit(os.fsync, self._fd)
 
+    def _error(self, doing: str, err: OSError, consequence: str) -> JournalWriteError:
+        """A disk error (a full disk, most often) as one line naming the file and the free space."""
+        try:
+            free = f"; {shutil.disk_usage(self.path.parent).free / 2**20:.0f} MiB free on its disk"
+        except OSError:
+            free = ""
+        why = err.strerror or err
+        return JournalWriteError(f"could not {doing} replay journal {self.path} ({why}{free}): "
+                                 f"{consequence}; the checkpoint and the journal before it are kept")
+
     def sync(self) -> None:
         """Wait until every appended record is on the disk (with `fsync`; else nothing to wait for)."""
         if self._sync is not None:
-            self._sync.result()
-            self._sync = None
+            sync, self._sync = self._sync, None
+            try:
+                sync.result()
+            except OSError as err:
+                raise self._error("sync", err, "the newest batches are not acknowledged") from err
 
     def make_durable(self) -> None:
         """Force every record to the disk, and the file's name (its last rewrite) into its folder,
@@ -183,8 +211,11 @@ class ReplayJournal:
         if self._fd is None:
             return
         self.sync()
-        os.fsync(self._fd)
-        fsync_dir(self.path.parent)
+        try:
+            os.fsync(self._fd)
+            fsync_dir(self.path.parent)
+        except OSError as err:
+            raise self._error("sync", err, "no checkpoint relies on it") from err
 
     def truncate(self, keep_from: int) -> None:
         """After a checkpoint at step `keep_from`: keep only records with transitions from there on."""
@@ -219,18 +250,22 @@ class ReplayJournal:
         self._close_file()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
             if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        if self.fsync:
-            fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise self._error("rewrite", err, "it is left as it was") from err
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         self._index = [(rec.end_step, offset) for offset, rec in _records(data)]
         self._size = len(data)

@@ -796,7 +796,7 @@ class Actor(FinishableNode):
         """The safe command into `command`: at once, or at the rate limit (`ramp_to_safe`)."""
         command.values[:] = self.safe
         current = self.current
-        if ramp and self.ramp_to_safe and current is not None:
+        if ramp and self.ramp_to_safe and current is not None and command.previous_time is not None:
             self._rate_limit(command, now)
             np.clip(command.values, *current.bounds, out=command.values)  # the limits win, as below
         command.remember(now)

@@ -334,7 +334,8 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
             status = 2
         finally:
             if node is not None:
-                _close(node, default_node_name(factory), exit_process=args is None)
+                if not _closed(node, default_node_name(factory), exit_process=args is None):
+                    status = 130  # (a program has ended at once, in _closed)
                 failed = getattr(node, "error", None)  # the work ended without its result (learner,
                 if failed is not None and status == 0:  # recorder), also in its close (a bag's index)
                     print(f"{default_node_name(factory)}: failed: {one_line(failed)}", file=sys.stderr)
@@ -350,19 +351,20 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     return status
 
 
-def _close(node: FinishableNode, name: str, exit_process: bool) -> None:
-    """``node.close()``; a signal during it (a learner waiting for its stop checkpoint) aborts: one
-    line, and the process ends with 130 at once. (It escaped the cleanup, and the interpreter then
-    shut down under the learner's running worker thread: a segfault and a trace.) A node whose close
-    must not be broken off holds signals itself."""
+def _closed(node: FinishableNode, name: str, exit_process: bool) -> bool:
+    """``node.close()``; False when a signal broke it off (a learner waiting for its stop
+    checkpoint): one line, and a program (`exit_process`) ends with 130 at once. (The interrupt
+    escaped the cleanup, and the interpreter then shut down under the learner's running worker
+    thread: a segfault and a trace.) A node whose close must not be broken off holds signals."""
     try:
         node.close()
     except KeyboardInterrupt:
-        print(f"{name}: stopped again while closing: aborted (the last checkpoint and the replay "
-              "journal are kept, as after kill -9)", file=sys.stderr)
+        print(f"{name}: stopped again while closing: aborted (what it had written is kept: a "
+              "learner's last checkpoint and replay journal, as after kill -9)", file=sys.stderr)
         if exit_process:
             exit_now(130)
-        raise
+        return False
+    return True
 
 
 POLICY_EVERY_TARGET = 250

@@ -223,11 +223,16 @@ class StreamTrainer:
             raise CheckpointError(f"{err}; use another run_dir (or resume:=false to start over)") from None
         dropped, after = self.journal.dropped
         where = "at its start" if after is None else f"after transition {after}"
-        if self.journal.damaged_copy is not None:
+        kept = f"; the file as it was is kept as {self.journal.damaged_copy}"
+        if self.journal.end_kind == "middle":
             self.hooks.log.error(f"replay journal {self.journal_path} is damaged {where}: whole records "
                                  f"follow the damage, so acknowledged transitions after it are lost to "
-                                 f"this run ({dropped} bytes); the file as it was is kept as "
-                                 f"{self.journal.damaged_copy}")
+                                 f"this run ({dropped} bytes){kept}")
+        elif self.journal.end_kind == "last":
+            self.hooks.log.warning(f"replay journal {self.journal_path}: its last record ({dropped} bytes "
+                                   f"{where}) is all there but fails its check: a write a power cut left "
+                                   "unfinished (never acknowledged), or damage (then that batch is "
+                                   f"lost){kept}")
         elif dropped:
             self.hooks.log.warning(f"replay journal {self.journal_path}: {dropped} bytes {where} are no "
                                    "whole record and were dropped: a write a crash cut short (never "
@@ -280,8 +285,21 @@ class StreamTrainer:
             self._consume_backlog()
             if self.stop.is_set():
                 return
+            self._make_up_full_checkpoint()
             self._publish_policy()
             self.hooks.publish_progress()
+
+    def _make_up_full_checkpoint(self) -> None:
+        """Resumed from a light checkpoint whose full one is a span or more back (a periodic
+        checkpoint given up for a stop): the full one now. Else every stop until the next periodic
+        one would be a full write (the slow one) and the journal grow to twice the span."""
+        span = self.cfg.checkpoint_every or LIGHT_SPAN
+        if self._base_step is None or self.step - self._base_step < span:
+            return
+        try:
+            self.save(stop=self.stop)
+        except CheckpointAborted:
+            pass  # stopped again: the light checkpoint on disk holds this point
 
     def is_duplicate(self, batch: ReplayBatch) -> bool:
         """Whether the batch's ``(source, seq)`` was consumed already (a bridge re-sent it).
