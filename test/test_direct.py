@@ -1243,3 +1243,20 @@ def test_a_stop_while_a_periodic_checkpoint_is_written_gives_it_up_for_the_light
     assert not (run / "replay_base.pt").exists()
     stop_at(b, [batch(6)])
     assert load_checkpoint(run / "checkpoint.pt")["runner"]["replay"]["base_step"] == 60
+
+
+def test_a_batch_taken_for_a_duplicate_with_other_rows_is_told_apart(tmp_path, demos):
+    """Two trainings on one ROS domain and one machine: their bridges share a source id (of the host
+    and the node name), so each learner dropped the other's batches as re-sends of its own, or
+    consumed them, and the warning of a second source never came (a walkthrough). A batch whose
+    (source, seq) was consumed but whose rows differ is told apart from a re-send."""
+    _, batch, trainer = light_run(tmp_path, demos)
+    stream = trainer()
+    first, second = batch(0), batch(1)
+    stream.ingest(first)
+    stream.ingest(second)
+    again = ReplayBatch.from_rows(second.rows(), stream.obs_dim, seq=1, source=5)  # a re-send
+    other = batch(1)  # another bridge's batch 1, same id
+    assert stream.is_duplicate(again) and not stream.differs_from_consumed(again)
+    assert stream.is_duplicate(other) and stream.differs_from_consumed(other)
+    stream.close()

@@ -354,6 +354,14 @@ class Learner(FinishableNode):
             return None
         if self.trainer.is_duplicate(batch):
             self.duplicates += 1
+            if self.trainer.differs_from_consumed(batch):
+                self.get_logger().error(
+                    f"replay batch {batch.seq} of source {batch.source} holds other transitions than the "
+                    "one consumed with that number: a second bridge with this source id publishes on "
+                    "this ROS domain (another training on this machine, whose bridge has the same node "
+                    "name): the two runs mix their data; give each training its own ROS_DOMAIN_ID",
+                    throttle_duration_sec=LOG_THROTTLE_S)
+                return None
             self.get_logger().info(f"dropped replay batch {batch.seq} of source {batch.source}: "
                                    f"consumed already ({self.duplicates} duplicates)",
                                    throttle_duration_sec=LOG_THROTTLE_S)

@@ -74,6 +74,7 @@ from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
 
 PolicyCall = Callable[[np.ndarray], np.ndarray]
+RECENT_FINGERPRINTS = 1024  # per source: consumed batches whose fingerprint is kept (differs_from_consumed)
 REPLAY_BASE = "replay_base.pt"  # the full checkpoint a light (stop) checkpoint takes its replay from
 # a light checkpoint refers to a full one at most this many transitions back (with checkpoint_every
 # 0: else the journal grew for ever and every restart replayed all of it); checkpoint_every if set
@@ -146,6 +147,8 @@ class StreamTrainer:
         self.best_return = -math.inf
         self.void_steps = 0  # transitions of diverged simulation steps: counted, never stored
         self.first_batches: dict[int, int] = {}  # source -> fingerprint of the batch 0 consumed last
+        # source -> {seq: fingerprint} of the batches consumed lately (RECENT_FINGERPRINTS at most)
+        self._recent: dict[int, dict[int, int]] = {}
         self._wall_offset = 0.0
         self._t0 = time.perf_counter()
         self.logger: RunLogger | None = None
@@ -301,6 +304,14 @@ class StreamTrainer:
         except CheckpointAborted:
             pass  # stopped again: the light checkpoint on disk holds this point
 
+    def differs_from_consumed(self, batch: ReplayBatch) -> bool:
+        """Whether a batch taken for a duplicate (:meth:`is_duplicate`) holds other rows than the
+        one consumed with its ``(source, seq)`` lately: not a re-send but a second bridge with the
+        same source id (two trainings on one ROS domain and one machine: their bridges' ids are of
+        the host and the node name), whose batches are dropped or consumed as the other's."""
+        consumed = self._recent.get(batch.source, {}).get(batch.seq)
+        return consumed is not None and consumed != batch.fingerprint()
+
     def is_duplicate(self, batch: ReplayBatch) -> bool:
         """Whether the batch's ``(source, seq)`` was consumed already (a bridge re-sent it).
 
@@ -351,8 +362,13 @@ class StreamTrainer:
     def _consume(self, batch: ReplayBatch, start: int = 0) -> None:
         """Consume the batch from row `start` on, one transition at a time, then acknowledge."""
         previous = self.acks.get(batch.source)
+        fingerprint = batch.fingerprint()
         if start == 0 and batch.seq == 0:
-            self.first_batches[batch.source] = batch.fingerprint()
+            self.first_batches[batch.source] = fingerprint
+        recent = self._recent.setdefault(batch.source, {})
+        recent[batch.seq] = fingerprint
+        if len(recent) > RECENT_FINGERPRINTS:
+            del recent[next(iter(recent))]  # the oldest (dicts keep insertion order)
         if start == 0 and previous is not None and batch.seq != previous.seq + 1:
             self.hooks.log.warning(f"replay source {batch.source}: batch {batch.seq} after "
                                    f"{previous.seq} (lost or reordered batches)")
