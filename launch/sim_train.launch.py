@@ -62,8 +62,9 @@ ARGUMENTS = [
     LaunchArg("demos_topic", "", "the bag's topic to read the demonstrations from; empty = the file's "
                                  "demos_topic, else the bag's only observation topic"),
     LaunchArg("demos_joints", "", "JointState demonstrations: comma-separated joint names in the "
-                                  "policy's order; empty = the file's, else (an MJCF robot) its hinge "
-                                  "and slide joints in the model's order, else the bag's first message's"),
+                                  "policy's order; empty = the file's, else the task model's hinge "
+                                  "and slide joints in its order (where they make the observation), "
+                                  "else the bag's first message's"),
     LaunchArg("demos_fields", "", "JointState demonstrations: comma-separated fields of each joint "
                                   "(position, velocity, effort); empty = the file's, else "
                                   "position,velocity"),
@@ -116,38 +117,12 @@ def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
                          "lost while it restarted before the bridge re-sends it")
 
 
-def _mjcf_joints(env: str, overrides: dict, learner_file: dict) -> str:
-    """An MJCF robot's observation is its hinge and slide joints in the model's order: without
-    demos_joints a JointState bag is read in that order by name (the first message's order was
-    taken, and a bag that listed the joints otherwise trained on scrambled observations without a
-    word); given ones that are the model's names in another order are refused. Returns the hint
-    for a bag whose joints are named otherwise."""
-    from opolo_ros.algo.config import names_text
-    from opolo_ros.sim.tasks import MjcfEnv, check_joint_order
-
-    model = MjcfEnv(env).joints[0]
-    given = str(names_text(overrides.get("demos_joints") or learner_file.get("demos_joints") or ""))
-    names = [j.strip() for j in given.split(",") if j.strip()]
-    if not names:
-        from opolo_ros.data.bags import JOINT_STATE, demonstration_type
-
-        topic = str(overrides.get("demos_topic") or learner_file.get("demos_topic") or "") or None
-        if demonstration_type(overrides["demos"], topic) != JOINT_STATE:
-            return ""  # arrays (or an .npz) are the observation as they are
-        overrides["demos_joints"] = ",".join(model)
-        return (f" (an MJCF robot's JointState bag is read by the model's joint names, {','.join(model)}: "
-                "a bag whose joints are named otherwise needs demos_joints:=<its names, in the model's "
-                "order>)")
-    check_joint_order(names, model, Path(env).name)
-    return ""
-
-
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import RunConfig, flatten, to_dict
     from opolo_ros.nodes.common import default_policy_every
     from opolo_ros.sim.task_ids import is_mjcf, same_task
-    from opolo_ros.train.direct import check_demonstrations
+    from opolo_ros.train.direct import check_demonstrations, task_demo_joints, with_joints_hint
 
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"]) or task_params_file(args["env"] or DEFAULT_ENV)
@@ -186,16 +161,19 @@ def describe(args: dict) -> list:
     demos = (args["demos"] or learner_file.get("demos") or player_file.get("demos")
              or str(package_path("models", "demos", env)))
     overrides["demos"] = resolve_path(demos)
-    joints_hint = ""
-    if is_mjcf(env):
-        joints_hint = _mjcf_joints(env, overrides, learner_file)
     cfg = run_config(params_file, overrides, ns)
+    # A JointState bag without demos_joints is read by the task model's joint names (its first
+    # message's order was taken, and a bag that listed the joints otherwise trained on scrambled
+    # observations without a word): the demo player is told them (direct.demo_joints)
+    joints = task_demo_joints(cfg)
+    by_model = joints != cfg.demos_joints
+    if by_model:
+        overrides["demos_joints"] = joints
+        cfg = run_config(params_file, overrides, ns)
     try:  # another task's demonstrations: an error now, not a learner waiting forever
         check_demonstrations(cfg)
     except ValueError as err:
-        if not joints_hint or "missing from the JointState" not in str(err):
-            raise
-        raise ValueError(f"{err}{joints_hint}") from None
+        raise (with_joints_hint(err, joints) if by_model else err) from None
     policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")
                            or default_policy_every(cfg.schedule.train_freq), "parameter learner.policy_every")
     max_ahead = _int_or(args, "max_ahead", bridge_file.get("max_ahead", 0), "parameter sim_bridge.max_ahead")

@@ -1102,26 +1102,29 @@ def test_light_checkpoints_stay_near_a_full_one_and_a_run_ends_on_a_full_one(tmp
     assert "obs" in replay_rows() and not (run / "replay_base.pt").exists()
 
 
-def test_a_joint_state_bag_with_other_joints_is_refused_with_the_tasks_joints_to_give(tmp_path):
-    """A robot's JointState bag read without demos_joints took every joint of its first message:
-    'expert episode 0 has obs_dim 8, the environment has 4' and no word of demos_joints (a
-    walkthrough). The refusal now names the task's joints; with them the bag fits."""
+def test_a_joint_state_bag_is_read_by_the_task_models_joint_names(tmp_path):
+    """Without demos_joints a Gymnasium task's JointState bag was read in its first message's order:
+    joints listed otherwise (hinge before slider; a robot's extra joints) trained on swapped or
+    wrong-sized observations without a word (walkthroughs). It is read by the model's joint names
+    now, and a bag whose joints are named otherwise is refused saying what to give."""
     from test_bags import JS, SEC, _joint_state, _write_stream
 
-    from opolo_ros.train.direct import check_demonstrations
+    from opolo_ros.train.direct import check_demonstrations, expert_data
 
     names = ["base_yaw", "hinge", "slider", "gripper"]
-    msgs = [(SEC + k * 10_000_000, _joint_state(names, [0.0, 0.01 * k, 0.02 * k, 0.0], [0.0, 0.1, 0.2, 0.0]))
+    msgs = [(SEC + k * 10_000_000, _joint_state(names, [9.0, 0.01 * k, 0.02 * k, 9.0], [9.0, 0.1, 0.2, 9.0]))
             for k in range(5)]
     bag = _write_stream(tmp_path / "robot", {"/joint_states": (JS, msgs)})
-    with pytest.raises(ValueError, match=r"has obs_dim 8, the environment has 4 \(a JointState bag without "
-                       r"demos_joints .* observation is the position,velocity of slider,hinge: .* "
-                       r"e\.g\. demos_joints=slider,hinge\)"):
-        check_demonstrations(small_cfg(tmp_path, bag))
-    check_demonstrations(small_cfg(tmp_path, bag, demos_joints="slider,hinge"))
-    with pytest.raises(ValueError, match=r"has obs_dim 2, the environment has 4$"):  # named: no hint
-        check_demonstrations(small_cfg(tmp_path, bag, demos_joints="slider"))
-
+    demos, _ = expert_data(small_cfg(tmp_path, bag), 4, 1000, ("slider", "hinge"))
+    np.testing.assert_allclose(demos[0].obs[2], [0.04, 0.02, 0.2, 0.1], rtol=1e-6)  # slider, hinge
+    other = [(SEC + k * 10_000_000, _joint_state(["shoulder", "elbow"], [0.0, 0.1], [0.0, 0.0]))
+             for k in range(5)]
+    arm = _write_stream(tmp_path / "arm", {"/joint_states": (JS, other)})
+    with pytest.raises(ValueError, match=r"joint\(s\) \['slider', 'hinge'\] missing .* read by the model's "
+                       r"joint names, slider,hinge: a bag whose joints are named otherwise needs "
+                       r"demos_joints"):
+        check_demonstrations(small_cfg(tmp_path, arm))
+    check_demonstrations(small_cfg(tmp_path, arm, demos_joints="elbow,shoulder"))  # mapped by the user
 
 def test_exploration_actions_are_clipped_to_the_unit_box_before_the_replay(tmp_path, demos):
     """pi(s) + noise is clipped to [-1, 1] before it is stored: the env clips its own copy anyway,

@@ -395,6 +395,11 @@ def test_sim_train_takes_the_bags_topic_joints_and_fields_from_arguments_or_eith
     with pytest.raises(ValueError, match="another order than the model's, slider,hinge"):
         check_demonstrations(cfg)
     check_demonstrations(dataclasses.replace(cfg, demos_joints="slider,hinge"))  # the model's order
+    # ... and without demos_joints a Gymnasium task's bag is read by name in the model's order too
+    # (it took the first message's order: hinge, slider trained on swapped observations unsaid)
+    learner, player = parameters(["env:=InvertedPendulum-v5", f"demos:={arm_bag}",
+                                  "demos_topic:=/joint_states", f"run_dir:={tmp_path / 'c5'}"])
+    assert learner["demos_joints"] == player["bag_joints"] == "slider,hinge"
     # an array stream of the robot's observations is read as it is (no joints to select)
     arrays = _write_stream(tmp_path / "arm_arrays", {"/obs": (F32, _stream(np.zeros((5, 4))))})
     learner, player = parameters([f"env:={xml}", f"demos:={arrays}", f"run_dir:={tmp_path / 'c3'}"])

@@ -141,9 +141,10 @@ class RunConfig:
     num_demos: int = 4  # demonstration episodes to train on (the first ones); 0 = all there are
     # Reading a bag (opolo_ros.data.bags.read_demonstrations): the topic ("" = /opolo/demonstrations,
     # else the bag's only state topic); for sensor_msgs/JointState the joint names in policy order
-    # ("a,b,c"; "" = the first message's order) and the fields; the gap that splits an observation
-    # stream into episodes (seconds; the reset marker splits too); for any other message type, the
-    # fields that make the observation ("pose.pose,twist.twist" for nav_msgs/Odometry).
+    # ("a,b,c"; "" = the task model's joints, direct.demo_joints) and the fields; the gap that
+    # splits an observation stream into episodes (seconds; the reset marker splits too); for any
+    # other message type, the fields that make the observation ("pose.pose,twist.twist" for
+    # nav_msgs/Odometry).
     demos_topic: str = ""
     demos_joints: str = ""
     demos_fields: str = "position,velocity"

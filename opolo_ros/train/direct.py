@@ -112,11 +112,19 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
                 joints: Sequence[str] = ()) -> tuple[list[Episode], ExpertDataset | None]:
     """The run's demonstrations (OPOLO; none for TD3) and the (s, s') data over them, checked against
     the environment's `obs_dim` (a ValueError naming both for another task's demonstrations) and,
-    for a JointState bag, ``demos_joints`` against the order of the model's `joints`."""
+    for a JointState bag, ``demos_joints`` against the order of the model's `joints`; without
+    ``demos_joints`` such a bag is read by the model's joint names (:func:`demo_joints`)."""
     if cfg.algo == "opolo" and cfg.demos_joints:
         check_joint_order(split_names(cfg.demos_joints), joints,
                           Path(cfg.env_id).name if is_mjcf(cfg.env_id) else cfg.env_id)
-    demos = prepare_demos(cfg, max_steps) if cfg.algo == "opolo" else []
+    by_model = cfg.algo == "opolo" and not cfg.demos_joints and bool(demo_joints(cfg, joints, obs_dim))
+    read = dataclasses.replace(cfg, demos_joints=",".join(joints)) if by_model else cfg
+    try:
+        demos = prepare_demos(read, max_steps) if cfg.algo == "opolo" else []
+    except ValueError as err:
+        if by_model:
+            raise with_joints_hint(err, ",".join(joints)) from None
+        raise
     if not demos:
         return demos, None
     from opolo_ros.sim.task_ids import same_task_name
@@ -124,8 +132,7 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
     try:
         data = ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
     except ValueError as err:
-        raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}"
-                         + _joints_hint(cfg, joints, obs_dim)) from None
+        raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}") from None
     recorded = {str(ep.meta.get("env_id", "")) for ep in demos} - {""}
     other = sorted(t for t in recorded if not same_task_name(t, cfg.env_id))  # MJCF: by file name
     if other:  # same obs_dim (HalfCheetah and Walker2d: 17; a robot model of the pendulum's joints)
@@ -134,19 +141,43 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
     return demos, data
 
 
-def _joints_hint(cfg: RunConfig, joints: Sequence[str], obs_dim: int) -> str:
-    """For a JointState bag read without ``demos_joints`` (every joint of its first message, in that
-    order): the task model's joints to give instead, where they make its observation."""
+def demo_joints(cfg: RunConfig, joints: Sequence[str], obs_dim: int) -> str:
+    """The joints a JointState bag of `cfg.demos` is read by: ``demos_joints`` when given; else the
+    task model's observed `joints` (in the model's order) where their ``demos_fields`` make its
+    observation. Before, such a bag was read in its first message's order: a robot that lists its
+    joints otherwise trained on swapped observations without a word (given in that order they are
+    refused). '' for other demonstrations (arrays are the observation as they are)."""
     from opolo_ros.data.bags import JOINT_STATE, demonstration_type
 
-    fields = split_names(cfg.demos_fields)
-    if (cfg.demos_joints or not joints or len(joints) * len(fields) + cfg.time_feature != obs_dim
-            or demonstration_type(cfg.demos, cfg.demos_topic or None) != JOINT_STATE):
+    if cfg.demos_joints or not joints or not cfg.demos:
+        return cfg.demos_joints
+    if len(joints) * len(split_names(cfg.demos_fields)) + cfg.time_feature != obs_dim:
         return ""
-    return (f" (a JointState bag without demos_joints is read as every joint of its first message; "
-            f"{cfg.env_id}'s observation is the {','.join(fields)} of {','.join(joints)}: set "
-            f"demos_joints to the bag's names of those joints in that order, e.g. "
-            f"demos_joints={','.join(joints)})")
+    if demonstration_type(cfg.demos, cfg.demos_topic or None) != JOINT_STATE:
+        return ""
+    return ",".join(joints)
+
+
+def with_joints_hint(err: ValueError, joints: str) -> ValueError:
+    """`err`, for a bag read by the model's joint names (:func:`demo_joints`) that lacks them, with
+    what to give instead."""
+    if "missing from the JointState" not in str(err):
+        return err
+    return ValueError(f"{err} (without demos_joints a JointState bag is read by the model's joint "
+                      f"names, {joints}: a bag whose joints are named otherwise needs "
+                      "demos_joints:=<its names of those joints, in that order> (launch), "
+                      "--set demos_joints=... (opolo-ros train))")
+
+
+def task_demo_joints(cfg: RunConfig) -> str:
+    """:func:`demo_joints` for the run's task (made here to know its joints and observation)."""
+    from opolo_ros.sim.tasks import make_task_env
+
+    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)
+    try:
+        return demo_joints(cfg, env_joint_names(env), int(env.observation_space.shape[0]))
+    finally:
+        env.close()
 
 
 def check_demonstrations(cfg: RunConfig) -> None:
