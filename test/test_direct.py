@@ -1263,3 +1263,28 @@ def test_a_batch_taken_for_a_duplicate_with_other_rows_is_told_apart(tmp_path, d
     assert stream.is_duplicate(again) and not stream.differs_from_consumed(again)
     assert stream.is_duplicate(other) and stream.differs_from_consumed(other)
     stream.close()
+
+
+def test_a_signal_as_the_run_writes_its_last_files_leaves_them_written(tmp_path, demos, monkeypatch):
+    """A Ctrl-C just as `opolo-ros train` reached its last step landed in the final save and export,
+    outside the loop's signal handling: a KeyboardInterrupt, and no policy.onnx (a walkthrough). A
+    first signal there only asks to stop now; the files are written and the result returned."""
+    from opolo_ros.signals import clear_interrupted, raise_interrupt
+
+    trainer = DirectTrainer(small_cfg(tmp_path, demos, total_steps=100))
+    save = DirectTrainer.save
+
+    def save_with_a_signal(self, *args, **kwargs):
+        if self.step == 100:
+            os.kill(os.getpid(), signal.SIGINT)  # handled before the next bytecode: inside the save
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(DirectTrainer, "save", save_with_a_signal)
+    previous = signal.signal(signal.SIGINT, raise_interrupt)  # the command's own handler (cli.run)
+    try:
+        result = trainer.train()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        clear_interrupted()  # (had it come out as an interrupt, later tests would see it)
+    assert result.env_steps == 100 and (result.run_dir / "policy.onnx").is_file()
+    assert (result.run_dir / "checkpoint.pt").is_file() and trainer.stop.is_set()

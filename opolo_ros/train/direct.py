@@ -536,15 +536,18 @@ class DirectTrainer:
                         self.eval_due = True
         finally:
             bar.close()
-        if self.stop.is_set() and (not self.finished or self.pending is not None or self.eval_due):
+        # The last writes under the same handling: a first signal here only asks to stop (they were
+        # outside it, and a Ctrl-C as the run ended left no policy.onnx); a second one aborts
+        with stop_on_signals(self.stop):
+            if self.stop.is_set() and (not self.finished or self.pending is not None or self.eval_due):
+                self.save()
+                self.export(self.run_dir / "policy.onnx")
+                logger.close()
+                raise TrainingInterrupted(self.step, self.checkpoint_path, same_command_resumes=resume)
+            mean, std = self._last_eval
             self.save()
-            self.export(self.run_dir / "policy.onnx")
+            policy_path = self.export(self.run_dir / "policy.onnx")
             logger.close()
-            raise TrainingInterrupted(self.step, self.checkpoint_path, same_command_resumes=resume)
-        mean, std = self._last_eval
-        self.save()
-        policy_path = self.export(self.run_dir / "policy.onnx")
-        logger.close()
         return TrainResult(self.run_dir, self.step, mean, std,
                            normalised_score(mean, self.random_return, self.expert_return),
                            self.expert_return, self.random_return, policy_path)
