@@ -35,8 +35,9 @@ and counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
 
 Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos``,
-``watch_model``, ``task`` and ``time_feature_clock``) take the value of ``params_file`` (its ``actor``
-section), else the default each description names; given, they override the file.
+``watch_model``, ``rate_check``, ``task`` and ``time_feature_clock``) take the value of
+``params_file`` (its ``actor`` section), else the default each description names; given, they
+override the file.
 List values are comma-separated (``safe_command:=0.0,0.0``).
 """
 
@@ -81,6 +82,9 @@ ARGUMENTS = [
                                  "the params file, else reliable"),
     LaunchArg("watch_model", "", "true: reload the model file when it changes; empty = the params "
                                  "file, else false"),
+    LaunchArg("rate_check", "", "with rate_hz 0: warn when observations come more than 10 % off the "
+                                "policy's training rate; false for a simulation faster or slower than "
+                                "real time; empty = the params file, else true"),
     LaunchArg("task", "", "accept only policies trained on this task (Gymnasium id, or MJCF file "
                           "name); any = every task; empty = the params file, else the model's own"),
     LaunchArg("params_file", "", "ROS 2 parameter file with an 'actor' section (safety limits, ...)"),
@@ -152,7 +156,7 @@ def _given(args: dict) -> dict:
     for name in ("executor", "command_qos", "task", "observation_type"):
         if args[name]:
             out[name] = args[name]
-    for name in ("watch_model", "use_sim_time"):
+    for name in ("watch_model", "use_sim_time", "rate_check"):
         if args[name]:
             out[name] = arg_value(args, name, bool)
     if args["cpu_affinity"]:

@@ -58,10 +58,11 @@ def test_deploy_launch_passes_the_safety_arguments():
     spec = deploy_actor(model=str(EXPERT), safe_command="0.5", action_low="-1,", action_high="1.0",
                         max_action_rate="4", observation_timeout_s="0.2", watchdog_rate_hz="20",
                         cpu_affinity="0,1", executor="single", sched_priority="5", task="*",
-                        use_sim_time="true", observation_type="float64",
+                        use_sim_time="true", observation_type="float64", rate_check="false",
                         params_file=PARAMS)
     p = spec.parameters
     assert p["task"] == "*" and p["use_sim_time"] is True and p["observation_type"] == "float64"
+    assert p["rate_check"] is False and "rate_check" not in deploy_actor(model=str(EXPERT)).parameters
     assert ("observation", "joint_states") in spec.remappings  # joints (the params file's): their topic
     assert ("observation", "observation") in deploy_actor(model=str(EXPERT)).remappings  # array input
     assert ("observation", "/s") in deploy_actor(model=str(EXPERT), params_file=PARAMS,
