@@ -980,6 +980,36 @@ def test_a_real_time_bridge_told_to_wait_for_its_controller_steps_only_once_matc
     np.testing.assert_array_equal(seen[0], initial.astype(np.float32))
 
 
+def test_a_bridge_told_to_wait_for_state_subscribers_steps_once_a_recorder_listens(ros_domain_id, ros_node):
+    """wait_for_state_subscribers: a recorder started with the bridge subscribed seconds after it
+    discovered it, and the first episode it recorded was the tail of one (a walkthrough: 69 states
+    of 201). The bridge waits for that many subscribers of its joint states."""
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    from opolo_ros.launch_runner import GraphRunner, NodeSpec
+
+    spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": "InvertedPendulum-v5", "mode": "realtime", "time_scale": 10.0, "publish_replay": False,
+        "wait_for_state_subscribers": 2, "max_episode_steps": 100_000})
+    node, executor = ros_node("controller_and_recorder")
+    states: list[JointState] = []
+    with GraphRunner([spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        node.create_publisher(Float64MultiArray, "action", 10)
+        node.create_subscription(JointState, "/joint_states", lambda msg: None,
+                                 qos_profile_sensor_data)  # the controller (best effort, as published)
+        graph.spin_until(lambda: False, timeout_s=1.5)
+        assert bridge.steps == 0 and not bridge.started  # one subscriber of two
+        node.create_subscription(JointState, "/joint_states", states.append, qos_profile_sensor_data)
+        assert spin_until([graph.executor, executor], lambda: bridge.steps > 5 and len(states) > 5,
+                          timeout_sec=20.0), bridge.steps
+    spec.parameters.update(joint_states_topic="")
+    with pytest.raises(ValueError, match="'wait_for_state_subscribers' needs a joint_states_topic"):
+        GraphRunner([spec], ros_domain_id)
+
+
 @pytest.mark.parametrize("argv,refused", [
     (["--params-file", "{task}", "-p", "run_dir:={tmp}/mine"], True),  # the file's learner: wins
     (["--params-file", "{task}", "-p", "learner:run_dir:={tmp}/mine"], False),  # the form that wins

@@ -120,6 +120,11 @@ PARAMETERS: dict[str, tuple] = {
     "publish_replay": (True, "publish transitions on the replay topic"),
     "replay_batch": (50, "transitions per replay message (flushed earlier before waiting)"),
     "wait_for_subscribers": (1, "start stepping once the replay topic has this many subscribers"),
+    "wait_for_state_subscribers": (0, "start stepping once the joint_states topic has this many "
+                                      "subscribers: 2 for a controller and a recorder (opolo-ros "
+                                      "record-topics), whose subscription comes up seconds after it "
+                                      "discovers the bridge: else the first episode it records is "
+                                      "the tail of one; 0 = no wait"),
     "reset_markers": (False, "publish a reset marker on the joint_states topic when an episode ends (a "
                              "JointState with header.frame_id 'reset' and no joints): a recording of "
                              "the joint states is then cut into episodes there (opolo-ros "
@@ -248,7 +253,8 @@ class SimBridge(FinishableNode):
         p = {name: declare(self, name, default, desc) for name, (default, desc) in PARAMETERS.items()}
         if p["mode"] not in MODES:
             raise ParameterError(f"parameter 'mode' must be one of {MODES}, got {p['mode']!r}")
-        for name in ("seed", "max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps"):
+        for name in ("seed", "max_ahead", "policy_every", "wait_for_subscribers", "max_episode_steps",
+                     "wait_for_state_subscribers"):
             if p[name] < 0:
                 raise ParameterError(f"parameter '{name}' must be >= 0, got {p[name]}")
         if p["seed"] > SEED_MAX:
@@ -275,6 +281,10 @@ class SimBridge(FinishableNode):
         self.report_period = p["report_period_s"]
         self.replay_batch = p["replay_batch"]
         self.wait_for_subscribers = p["wait_for_subscribers"] if p["publish_replay"] else 0
+        self.wait_for_state_subscribers = p["wait_for_state_subscribers"]
+        if self.wait_for_state_subscribers and not p["joint_states_topic"]:
+            raise ParameterError("parameter 'wait_for_state_subscribers' needs a joint_states_topic "
+                                 "(it is empty: no joint states are published)")
         return p
 
     # ------------------------------------------------------------------ subscriptions
@@ -401,6 +411,12 @@ class SimBridge(FinishableNode):
         if self.wait_for_controller and not self._controller_matched():
             self._note_waiting("waiting for a controller (wait_for_controller): a publisher on "
                                f"{self.action_sub.topic_name} and a subscriber of the state")
+            return False
+        states = self.joint_pub
+        if states is not None and states.get_subscription_count() < self.wait_for_state_subscribers:
+            self._note_waiting(f"waiting for {self.wait_for_state_subscribers} subscriber(s) of "
+                               f"{states.topic_name} (wait_for_state_subscribers: a controller and a "
+                               f"recorder) before the first step; {states.get_subscription_count()} so far")
             return False
         pub = self.replay_pub
         if pub is not None and pub.get_subscription_count() < self.wait_for_subscribers:
