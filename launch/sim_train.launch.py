@@ -117,6 +117,37 @@ def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
                          "lost while it restarted before the bridge re-sends it")
 
 
+def _check_run_folder(cfg, resume: bool) -> None:
+    """What the learner refused only once the whole graph ran (seconds in, the demonstrations
+    published): a run folder another training holds, and a checkpoint of another seed, task or
+    OPOLO variant (its config.yaml says so) to resume. One line before any node starts."""
+    import yaml
+
+    from opolo_ros.algo.config import to_dict
+    from opolo_ros.train.checkpoint import resume_changes
+    from opolo_ros.train.runlock import RunFolderInUse, RunFolderLock
+
+    run_dir = Path(cfg.run_dir)
+    if (run_dir / ".lock").is_file():
+        lock = RunFolderLock(run_dir)
+        try:
+            lock.acquire()
+        except RunFolderInUse as err:
+            raise ValueError(str(err)) from None
+        finally:
+            lock.release()
+    checkpoint, saved = run_dir / "checkpoint.pt", run_dir / "config.yaml"
+    if not (resume and checkpoint.is_file() and saved.is_file()):
+        return
+    try:
+        config = yaml.safe_load(saved.read_text())
+    except (OSError, yaml.YAMLError):
+        return  # the learner reads the checkpoint itself
+    if isinstance(config, dict) and {"env_id", "algo"} <= config.keys():
+        resume_changes({"config": config}, to_dict(cfg), checkpoint,
+                       "use another run_dir (or resume:=false to start over)")
+
+
 def describe(args: dict) -> list:
     """The nodes of this graph for the given argument values (strings)."""
     from opolo_ros.algo.config import RunConfig, flatten, to_dict
@@ -174,6 +205,8 @@ def describe(args: dict) -> list:
         check_demonstrations(cfg)
     except ValueError as err:
         raise (with_joints_hint(err, joints) if by_model else err) from None
+    resume = arg_value(args, "resume", bool) if args["resume"] != "" else learner_file.get("resume", True)
+    _check_run_folder(cfg, bool(resume))
     policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")
                            or default_policy_every(cfg.schedule.train_freq), "parameter learner.policy_every")
     max_ahead = _int_or(args, "max_ahead", bridge_file.get("max_ahead", 0), "parameter sim_bridge.max_ahead")

@@ -446,3 +446,28 @@ def test_a_signal_during_one_nodes_close_still_closes_the_others(ros_domain_id):
     with pytest.raises(KeyboardInterrupt):
         graph.close()
     assert closed == ["first"]
+
+
+def test_sim_train_refuses_a_held_run_folder_or_another_seeds_checkpoint_before_any_node_starts(tmp_path):
+    """The learner refused both only once the graph ran (13.8 s in, the demonstrations published:
+    a walkthrough); the launch says so before starting a node."""
+    from opolo_ros.algo.config import to_dict
+    from opolo_ros.train.runlock import RunFolderLock
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint.pt").write_bytes(b"")  # (only its presence counts here)
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(load_run_config(
+        ROOT / "config" / "inverted_pendulum.yaml", {"run_dir": str(run)}))))
+    argv = [f"run_dir:={run}"]
+    lr.describe_launch("sim_train", [*argv, "seed:=0"])  # the checkpoint's seed: fine
+    with pytest.raises(ValueError, match=rf"checkpoint {run}/checkpoint.pt was written with seed 0, not 1"):
+        lr.describe_launch("sim_train", [*argv, "seed:=1"])
+    lr.describe_launch("sim_train", [*argv, "seed:=1", "resume:=false"])  # starting over: no checkpoint read
+    lock = RunFolderLock(run).acquire()  # another training holds the folder
+    try:
+        with pytest.raises(ValueError, match=rf"run folder {run} is in use by another training process"):
+            lr.describe_launch("sim_train", [*argv, "seed:=0"])
+    finally:
+        lock.release()
+    lr.describe_launch("sim_train", [*argv, "seed:=0"])
