@@ -428,10 +428,12 @@ def build_parser() -> argparse.ArgumentParser:
     te.set_defaults(func=lambda a: cmd_train(a, algo="td3"))
 
     ev = sub.add_parser("evaluate", help="evaluate an ONNX policy deterministically")
-    ev.add_argument("model")
+    ev.add_argument("model", help="an ONNX policy (its metadata names its task)")
     ev.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
-    ev.add_argument("--episodes", type=int, default=10)
-    ev.add_argument("--seed", type=seed_value, default=10_000)
+    ev.add_argument("--episodes", type=int, default=10, help="deterministic episodes (default 10)")
+    ev.add_argument("--seed", type=seed_value, default=10_000,
+                    help="episode k is reset with seed + k (default 10000; a run's evaluations use 10000 "
+                         "+ its seed)")
     ev.add_argument("--stamp", action="store_true",
                     help="write the evaluation (mean/std/episodes/seed) into the model's metadata, "
                          "and its task's control period where the model does not record one")
@@ -444,12 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     rec = sub.add_parser("record", help="roll out an ONNX expert and record its states into a rosbag2 bag")
     rec.add_argument("--model", required=True, help="expert policy (.onnx)")
-    rec.add_argument("--episodes", type=int, default=4)
+    rec.add_argument("--episodes", type=int, default=4, help="episodes to record (default 4, as the paper)")
     rec.add_argument("--output", help="new bag folder (default: demos/<env_id>_seed<seed>, as "
                      "record_expert; models/demos/<env_id> holds the shipped bags)")
     rec.add_argument("--env-id", dest="env_id", help="defaults to the model's metadata")
-    rec.add_argument("--seed", type=seed_value, default=0, help="episode k is reset with seed + k")
-    rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    rec.add_argument("--seed", type=seed_value, default=0,
+                     help="episode k is reset with seed + k (default 0)")
+    rec.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="default mcap")
     rec.add_argument("--skip-terminated", dest="skip_terminated", action="store_true",
                      help="keep only episodes that reach the time limit (skip falls; their seeds go "
                           "into the bag metadata); at most 5 tries per episode")
@@ -492,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     la = sub.add_parser("launch", help="run a launch file's node graph in one process (without ros2 launch)")
     la.add_argument("name", help="launch file: sim_train, record_expert, deploy (or a path)")
-    la.add_argument("arguments", nargs="*", metavar="arg:=value", help="launch arguments")
+    la.add_argument("arguments", nargs="*", default=[], metavar="arg:=value", help="launch arguments")
     la.add_argument("-s", "--show-args", dest="show_args", action="store_true",
                     help="list the launch file's arguments and exit")
     la.set_defaults(func=cmd_launch)
