@@ -8,6 +8,7 @@ starts or restarts later) while its publisher lives.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from std_msgs.msg import Float32MultiArray
@@ -54,8 +55,10 @@ class DemoPlayer(FinishableNode):
         returns = [ep.ret for ep in self.episodes]
         left = len(episodes) - len(self.episodes)
         note = f"; {left} more in it left out (num_demos {count}; 0 = all)" if left else ""
+        said = ("returns unknown" if all(math.isnan(r) for r in returns)  # a state stream, an MJCF task
+                else f"returns {', '.join(f'{r:.1f}' for r in returns)}")
         self.get_logger().info(f"published {len(self.episodes)} episodes from {demos} on {topic} "
-                               f"(returns {', '.join(f'{r:.1f}' for r in returns)}){note}")
+                               f"({said}){note}")
 
 
 def main(args: list[str] | None = None) -> int:

@@ -159,8 +159,8 @@ class DemoRecorder(FinishableNode):
         self._states, self._return = [], 0.0
         if self.demo_pub is not None:
             self.demo_pub.publish(m.demonstration_to_msg(episode.obs, episode.ret, k))
-        self.get_logger().info(f"episode {k + 1}/{self.target}: {len(episode.obs) - 1} steps, "
-                               f"return {episode.ret:.1f}")
+        said = "no reward" if np.isnan(episode.ret) else f"return {episode.ret:.1f}"  # (an MJCF task)
+        self.get_logger().info(f"episode {k + 1}/{self.target}: {len(episode.obs) - 1} steps, {said}")
 
     def close(self) -> None:
         """Stopped (SIGINT, SIGTERM, the launch ending) before all its episodes came: the episodes that
