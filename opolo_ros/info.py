@@ -105,7 +105,7 @@ def demonstration_lines(path: Path, demo_options: dict[str, object]) -> list[str
             if bag.is_dir():
                 custom = read_bag_metadata(bag)
                 lines += [f"  {key}: {value}" for key, value in sorted(custom.items())
-                          if key in ("env_id", "expert", "seed", "source")]
+                          if key in ("env_id", "expert", "seed", "source", "interrupted")]
     else:
         lines.append(f"demonstration file {path}")
     try:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from opolo_ros.train.logger import RunLogger
+
+
+def draw_run_curve(run_dir: Path, title: str, expert_return: float,
+                   warn: Callable[[str], object]) -> Path | None:
+    """A run folder's learning_curve.png from its eval.csv; None without evaluations (an MJCF task:
+    no reward) or when drawing fails (said through `warn`: a missing plot must not lose a run)."""
+    if not (run_dir / "eval.csv").is_file():
+        return None
+    try:
+        return plot_learning_curve(run_dir / "eval.csv", run_dir / "learning_curve.png", title=title,
+                                   expert_return=expert_return)
+    except Exception as err:
+        warn(f"no learning-curve plot: {err}")
+        return None
 
 
 def plot_learning_curve(eval_csv: str | Path, output: str | Path, title: str = "",

@@ -150,7 +150,7 @@ def test_train_writes_run_folder(tmp_path, demos):
     cfg = small_cfg(tmp_path, demos, total_steps=120, eval_every=60)
     result = DirectTrainer(cfg).train()
     run = result.run_dir
-    for name in ("config.yaml", "checkpoint.pt", "policy.onnx", "eval.csv"):
+    for name in ("config.yaml", "checkpoint.pt", "policy.onnx", "eval.csv", "learning_curve.png"):
         assert (run / name).is_file(), name
     assert any((run / "tb").iterdir())
     rows = (run / "eval.csv").read_text().splitlines()

@@ -548,6 +548,10 @@ class DirectTrainer:
             self.save()
             policy_path = self.export(self.run_dir / "policy.onnx")
             logger.close()
+            from opolo_ros.plot import draw_run_curve
+
+            draw_run_curve(self.run_dir, f"{cfg.algo.upper()}: {cfg.env_id}, seed {cfg.seed}",
+                           self.expert_return, tqdm.write)
         return TrainResult(self.run_dir, self.step, mean, std,
                            normalised_score(mean, self.random_return, self.expert_return),
                            self.expert_return, self.random_return, policy_path)

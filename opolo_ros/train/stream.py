@@ -666,16 +666,11 @@ class StreamTrainer:
         self.save()
         self._publish_policy()
         self.logger.close()
-        if (self.run_dir / "eval.csv").is_file():  # none for an MJCF task: no reward, no evaluations
-            try:
-                from opolo_ros.plot import plot_learning_curve
+        from opolo_ros.plot import draw_run_curve
 
-                title = f"{cfg.algo.upper()} through the ROS graph: {cfg.env_id}, seed {cfg.seed}"
-                curve = self.run_dir / "learning_curve.png"
-                self.plot_path = plot_learning_curve(self.run_dir / "eval.csv", curve, title=title,
-                                                     expert_return=self.expert_return)
-            except Exception as err:  # a missing plot must not lose a finished run
-                self.hooks.log.warning(f"no learning-curve plot: {err}")
+        self.plot_path = draw_run_curve(self.run_dir, f"{cfg.algo.upper()} through the ROS graph: "
+                                        f"{cfg.env_id}, seed {cfg.seed}", self.expert_return,
+                                        self.hooks.log.warning) or self.plot_path
         self.result = TrainResult(self.run_dir, self.step, mean, std,
                                   normalised_score(mean, self.random_return, self.expert_return),
                                   self.expert_return, self.random_return, self.policy_path)
