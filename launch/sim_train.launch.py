@@ -153,7 +153,8 @@ def describe(args: dict) -> list:
     from opolo_ros.algo.config import RunConfig, flatten, to_dict
     from opolo_ros.nodes.common import default_policy_every
     from opolo_ros.sim.task_ids import is_mjcf, same_task
-    from opolo_ros.train.direct import check_demonstrations, task_demo_joints, with_joints_hint
+    from opolo_ros.sim.tasks import task_demo_joints, with_joints_hint
+    from opolo_ros.train.direct import check_demonstrations
 
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"]) or task_params_file(args["env"] or DEFAULT_ENV)
@@ -204,7 +205,7 @@ def describe(args: dict) -> list:
     try:  # another task's demonstrations: an error now, not a learner waiting forever
         check_demonstrations(cfg)
     except ValueError as err:
-        raise (with_joints_hint(err, joints) if by_model else err) from None
+        raise (with_joints_hint(err, joints, cfg.env_id) if by_model else err) from None
     resume = arg_value(args, "resume", bool) if args["resume"] != "" else learner_file.get("resume", True)
     _check_run_folder(cfg, bool(resume))
     policy_every = _int_or(args, "policy_every", learner_file.get("policy_every")

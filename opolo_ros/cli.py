@@ -74,9 +74,17 @@ def _config(args: argparse.Namespace, algo: str | None = None) -> RunConfig:
 def _check_demos(cfg: RunConfig) -> None:
     """Read the demonstrations before the costly set-up (torch, environment): a bad bag fails fast."""
     if cfg.algo == "opolo" and cfg.demos:
-        from opolo_ros.data.demos import load_episodes
+        import dataclasses
 
-        episodes = load_episodes(cfg.demos, **cfg.demo_options())
+        from opolo_ros.data.demos import load_episodes
+        from opolo_ros.sim.tasks import task_demo_joints, with_joints_hint
+
+        joints = task_demo_joints(cfg)  # as the trainer reads a JointState bag: by the model's names
+        read = dataclasses.replace(cfg, demos_joints=joints)
+        try:
+            episodes = load_episodes(cfg.demos, **read.demo_options())
+        except ValueError as err:
+            raise (with_joints_hint(err, joints, cfg.env_id) if joints != cfg.demos_joints else err) from None
         taken = episodes[: cfg.num_demos or None]
         left = f"; {len(episodes) - len(taken)} more in it left out (num_demos {cfg.num_demos}; 0 = all)"
         print(f"demonstrations: {len(taken)} episode{'s' * (len(taken) != 1)} of {cfg.demos}, "

@@ -1125,6 +1125,20 @@ def test_a_joint_state_bag_is_read_by_the_task_models_joint_names(tmp_path):
                        r"demos_joints"):
         check_demonstrations(small_cfg(tmp_path, arm))
     check_demonstrations(small_cfg(tmp_path, arm, demos_joints="elbow,shoulder"))  # mapped by the user
+    # opolo-ros train's early read reads it as the trainer does (it read the first message's order)
+    from opolo_ros.cli import _check_demos
+    from opolo_ros.sim.tasks import demo_joints
+
+    changing = [(SEC, _joint_state(["slider", "hinge", "gripper"], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]))]
+    changing += [(SEC + k * 10_000_000, _joint_state(["hinge", "slider"], [0.0, 0.1], [0.0, 0.0]))
+                 for k in range(1, 5)]  # the gripper's joint only in the first message
+    _check_demos(small_cfg(tmp_path, _write_stream(tmp_path / "changing", {"/joint_states": (JS, changing)})))
+    # not by the model's names: fields other than the model's layout, or fields read by name
+    model = ("slider", "hinge")
+    assert demo_joints(small_cfg(tmp_path, bag), model, 4) == "slider,hinge"
+    assert demo_joints(small_cfg(tmp_path, bag, demos_fields="velocity,position"), model, 4) == ""
+    assert demo_joints(small_cfg(tmp_path, bag, demos_obs_field="position"), model, 4) == ""
+    assert demo_joints(small_cfg(tmp_path, bag), ("slider", "hinge", "x"), 4) == ""  # not its observation
 
 def test_exploration_actions_are_clipped_to_the_unit_box_before_the_replay(tmp_path, demos):
     """pi(s) + noise is clipped to [-1, 1] before it is stored: the env clips its own copy anyway,

@@ -12,12 +12,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 
 from opolo_ros.sim.envs import DivergenceGuard, TimeFeature, make_env, route_mujoco_warnings
 from opolo_ros.sim.task_ids import is_mjcf
+
+if TYPE_CHECKING:
+    from opolo_ros.algo.config import RunConfig
 
 DEFAULT_MJCF_STEPS = 1000
 MAX_CTRL = 1e10  # |ctrlrange| beyond this: MuJoCo refuses the command (BADCTRL) and applies 0
@@ -140,8 +144,8 @@ def check_joint_order(names: Sequence[str], model: Sequence[str], task: str) -> 
     if list(names) != ordered:
         raise ValueError(f"demos_joints {','.join(names)} names {task}'s joints in another order than the "
                          f"model's, {','.join(ordered)}: the policy's observation is in the model's order "
-                         "(give them in that order; an MJCF robot's are read by name in it when "
-                         "demos_joints is empty)")
+                         "(give them in that order; with demos_joints empty they are read by name "
+                         "in it)")
 
 
 @functools.cache
@@ -236,3 +240,47 @@ def continuation_seed(seed: int, step: int) -> int:
     """A reset seed for a run that goes on at `step` in a new process: derived from both, so it
     neither repeats the run's first episodes (the seed's own) nor another seed's."""
     return int(np.random.SeedSequence([seed, step]).generate_state(1)[0])
+
+
+# ------------------------------------------------------------ JointState demonstrations of a task
+
+MODEL_FIELDS = ("position", "velocity")  # the observation layout env_joint_names describes
+
+
+def demo_joints(cfg: RunConfig, joints: Sequence[str], obs_dim: int) -> str:
+    """The joints a JointState bag of `cfg.demos` is read by: ``demos_joints`` when given; else the
+    task model's observed `joints` (in the model's order), where their positions then velocities
+    (``demos_fields`` position,velocity) make its observation. Before, such a bag was read in its
+    first message's order: a robot that lists its joints otherwise trained on swapped observations
+    without a word (given in that order they are refused). '' for other demonstrations (arrays
+    are the observation as they are; ``demos_obs_field`` reads fields, not joints)."""
+    from opolo_ros.data.bags import JOINT_STATE, demonstration_type
+    from opolo_ros.data.demos import split_names
+
+    if cfg.demos_joints or not joints or not cfg.demos or cfg.demos_obs_field:
+        return cfg.demos_joints
+    if split_names(cfg.demos_fields) != MODEL_FIELDS or 2 * len(joints) + cfg.time_feature != obs_dim:
+        return ""
+    if demonstration_type(cfg.demos, cfg.demos_topic or None) != JOINT_STATE:
+        return ""
+    return ",".join(joints)
+
+
+def with_joints_hint(err: ValueError, joints: str, env_id: str) -> ValueError:
+    """`err`, for a bag read by the model's joint names (:func:`demo_joints`) that lacks them, with
+    what to give instead."""
+    if "missing from the JointState" not in str(err):
+        return err
+    train = "" if is_mjcf(env_id) else ", --set demos_joints=... (opolo-ros train)"
+    return ValueError(f"{err} (without demos_joints a JointState bag is read by the model's joint "
+                      f"names, {joints}: a bag whose joints are named otherwise needs "
+                      f"demos_joints:=<its names of those joints, in that order> (launch){train})")
+
+
+def task_demo_joints(cfg: RunConfig) -> str:
+    """:func:`demo_joints` for the run's task (made here to know its joints and observation)."""
+    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)
+    try:
+        return demo_joints(cfg, env_joint_names(env), int(env.observation_space.shape[0]))
+    finally:
+        env.close()

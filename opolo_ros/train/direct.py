@@ -46,9 +46,11 @@ from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import (
     check_joint_order,
     control_period,
+    demo_joints,
     env_joint_names,
     mjcf_joint_names,
     task_control_period,
+    with_joints_hint,
 )
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
@@ -123,7 +125,7 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
         demos = prepare_demos(read, max_steps) if cfg.algo == "opolo" else []
     except ValueError as err:
         if by_model:
-            raise with_joints_hint(err, ",".join(joints)) from None
+            raise with_joints_hint(err, ",".join(joints), cfg.env_id) from None
         raise
     if not demos:
         return demos, None
@@ -139,45 +141,6 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
         raise ValueError(f"demonstrations {cfg.demos} were recorded on {', '.join(other)} (the bag's "
                          f"metadata says so), not on {cfg.env_id}")
     return demos, data
-
-
-def demo_joints(cfg: RunConfig, joints: Sequence[str], obs_dim: int) -> str:
-    """The joints a JointState bag of `cfg.demos` is read by: ``demos_joints`` when given; else the
-    task model's observed `joints` (in the model's order) where their ``demos_fields`` make its
-    observation. Before, such a bag was read in its first message's order: a robot that lists its
-    joints otherwise trained on swapped observations without a word (given in that order they are
-    refused). '' for other demonstrations (arrays are the observation as they are)."""
-    from opolo_ros.data.bags import JOINT_STATE, demonstration_type
-
-    if cfg.demos_joints or not joints or not cfg.demos:
-        return cfg.demos_joints
-    if len(joints) * len(split_names(cfg.demos_fields)) + cfg.time_feature != obs_dim:
-        return ""
-    if demonstration_type(cfg.demos, cfg.demos_topic or None) != JOINT_STATE:
-        return ""
-    return ",".join(joints)
-
-
-def with_joints_hint(err: ValueError, joints: str) -> ValueError:
-    """`err`, for a bag read by the model's joint names (:func:`demo_joints`) that lacks them, with
-    what to give instead."""
-    if "missing from the JointState" not in str(err):
-        return err
-    return ValueError(f"{err} (without demos_joints a JointState bag is read by the model's joint "
-                      f"names, {joints}: a bag whose joints are named otherwise needs "
-                      "demos_joints:=<its names of those joints, in that order> (launch), "
-                      "--set demos_joints=... (opolo-ros train))")
-
-
-def task_demo_joints(cfg: RunConfig) -> str:
-    """:func:`demo_joints` for the run's task (made here to know its joints and observation)."""
-    from opolo_ros.sim.tasks import make_task_env
-
-    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)
-    try:
-        return demo_joints(cfg, env_joint_names(env), int(env.observation_space.shape[0]))
-    finally:
-        env.close()
 
 
 def check_demonstrations(cfg: RunConfig) -> None:
@@ -503,8 +466,8 @@ class DirectTrainer:
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
         last_log, last_log_t, last_ret = self.step, time.perf_counter(), math.nan
-        try:
-            with stop_on_signals(self.stop):
+        with stop_on_signals(self.stop):  # the loop and the last writes (a first signal asks to stop)
+            try:
                 if self.pending is not None:  # stopped inside a step's updates: finish that step
                     _, self.pending = self.runner.run_until_stopped(self.pending, self.stop)
                     if self.pending is None:
@@ -534,11 +497,10 @@ class DirectTrainer:
                         self._log_eval(logger, None, self.stop)
                     except EvaluationInterrupted:
                         self.eval_due = True
-        finally:
-            bar.close()
-        # The last writes under the same handling: a first signal here only asks to stop (they were
-        # outside it, and a Ctrl-C as the run ended left no policy.onnx); a second one aborts
-        with stop_on_signals(self.stop):
+            finally:
+                bar.close()
+            # The last writes under the same handling: a first signal here only asks to stop (they
+            # were outside it, and a Ctrl-C as the run ended left no policy.onnx); a second aborts
             if self.stop.is_set() and (not self.finished or self.pending is not None or self.eval_due):
                 self.save()
                 self.export(self.run_dir / "policy.onnx")
@@ -551,7 +513,7 @@ class DirectTrainer:
             from opolo_ros.plot import draw_run_curve
 
             draw_run_curve(self.run_dir, f"{cfg.algo.upper()}: {cfg.env_id}, seed {cfg.seed}",
-                           self.expert_return, tqdm.write)
+                           self.expert_return, lambda text: tqdm.write(f"warning: {text}", file=sys.stderr))
         return TrainResult(self.run_dir, self.step, mean, std,
                            normalised_score(mean, self.random_return, self.expert_return),
                            self.expert_return, self.random_return, policy_path)
