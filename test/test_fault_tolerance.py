@@ -782,3 +782,45 @@ def test_a_learner_whose_files_fail_to_close_still_ends(tmp_path, demos, ros_dom
         graph.stop(timeout_s=10.0)
         assert learner.finished.is_set() and time.monotonic() - started < 5.0
         assert isinstance(learner.error, OSError) and not learner.trainer._lock.held
+
+
+def test_batches_with_consumed_numbers_and_other_rows_are_dropped_and_then_called_a_second_bridge(
+        tmp_path, demos, ros_domain_id, capfd, monkeypatch):
+    """A few batches whose numbers were consumed with other rows come from a bridge restarted while
+    its earlier batches were queued here: dropped, said at info level. When they go on, a second
+    bridge of the same id publishes (two trainings on one domain and machine): an error, once."""
+    from opolo_ros.data.demos import load_episodes
+    from opolo_ros.nodes import learner as learner_module
+
+    monkeypatch.setattr(learner_module, "COLLISIONS_FOR_ERROR", 3)
+    batches = replay_batches()
+    other = [m.replay_to_msg(*(np.asarray(x) for x in _rows_of(b, scale=2.0)), seq=k, source=9)
+             for k, b in enumerate(batches)]
+    capfd.readouterr()
+    with GraphRunner([resume_learner_spec(tmp_path)], ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        for k, ep in enumerate(load_episodes(demos)):
+            learner._on_demo(m.demonstration_to_msg(ep.obs, ep.ret, k))
+        for msg in batches[:2]:  # (not all: the run would end, and take no more)
+            learner._on_replay(msg)
+        consumed = 2 * RESUME_BATCH
+        assert graph.spin_until(lambda: learner.trainer.step == consumed, timeout_s=60.0)
+        learner._on_replay(other[1])  # one: a restarted bridge's first batch, maybe
+        assert graph.spin_until(lambda: learner.collisions.get(9) == 1, timeout_s=60.0)
+        assert "came with numbers consumed" not in capfd.readouterr().err
+        learner._on_replay(batches[1])  # a re-send: a duplicate, no collision
+        learner._on_replay(other[1])  # (batch 0 with other rows is a bridge counting anew: consumed)
+        learner._on_replay(other[1])
+        assert graph.spin_until(lambda: learner.collisions.get(9) == 3, timeout_s=60.0)
+        assert learner.duplicates == 4
+        assert learner.trainer.step == consumed  # none of them consumed
+    err = capfd.readouterr().err
+    assert err.count("3 replay batches of source 9 came with numbers consumed with other transitions: a "
+                     "second bridge with this source id") == 1, err
+
+
+def _rows_of(msg, scale: float) -> tuple:
+    """A replay message's arrays, the observations scaled: another bridge's batch of that number."""
+    batch = m.msg_to_replay(msg)
+    return (batch.obs * scale, batch.action, batch.next_obs * scale, batch.reward, batch.terminated,
+            batch.truncated)

@@ -107,6 +107,9 @@ PARAMETERS = LEARNER_PARAMETERS
 
 
 LOG_THROTTLE_S = 1.0
+# batches with a consumed number and other rows before it is called a second bridge of the same id:
+# a restarted bridge's first few (its earlier batches queued here took their numbers) are not one
+COLLISIONS_FOR_ERROR = 20
 MIN_PERIOD_S = 1e-3  # a timer period below this is a busy loop
 MAX_PERIOD_S = 1e6  # rcl's timers hold the period in int64 nanoseconds
 ACTION_TOLERANCE = 1e-3  # of half an action range: float32 rounding of a clipped action, not more
@@ -126,6 +129,7 @@ class Learner(FinishableNode):
         self.trainer = StreamTrainer(cfg, policy_every=policy_every, hooks=hooks, stop=self._stop)
         self.rejected = {"replay": 0, "demonstration": 0}  # messages that did not decode
         self.duplicates = 0  # replay batches received again (re-sent by a bridge), dropped
+        self.collisions: dict[int, int] = {}  # source -> "duplicates" with other rows (_collide)
         self.sources: set[int] = set()  # replay sources (bridges) seen by this process
         self.error: BaseException | None = None
         self.demos: dict[int, Episode] = {}
@@ -355,12 +359,7 @@ class Learner(FinishableNode):
         if self.trainer.is_duplicate(batch):
             self.duplicates += 1
             if self.trainer.differs_from_consumed(batch):
-                self.get_logger().error(
-                    f"replay batch {batch.seq} of source {batch.source} holds other transitions than the "
-                    "one consumed with that number: a second bridge with this source id publishes on "
-                    "this ROS domain (another training on this machine, whose bridge has the same node "
-                    "name): the two runs mix their data; give each training its own ROS_DOMAIN_ID",
-                    throttle_duration_sec=LOG_THROTTLE_S)
+                self._collide(batch)
                 return None
             self.get_logger().info(f"dropped replay batch {batch.seq} of source {batch.source}: "
                                    f"consumed already ({self.duplicates} duplicates)",
@@ -374,6 +373,25 @@ class Learner(FinishableNode):
                     "bridges feed this learner, or another training shares this ROS domain and the "
                     "two runs mix their data (give each training its own ROS_DOMAIN_ID)")
         return batch
+
+    def _collide(self, batch: m.ReplayBatch) -> None:
+        """A batch whose (source, seq) was consumed with other transitions: a bridge restarted
+        while its earlier batches were queued here (its first few new ones have their numbers:
+        they are dropped, and count for nothing), or, when it goes on, a second bridge with this
+        source id on this ROS domain (another training on this machine, its bridge of the same
+        name and namespace): the two runs mix their data."""
+        count = self.collisions[batch.source] = self.collisions.get(batch.source, 0) + 1
+        if count < COLLISIONS_FOR_ERROR:
+            self.get_logger().info(
+                f"dropped replay batch {batch.seq} of source {batch.source}: its number was consumed "
+                f"with other transitions ({count} so far; a bridge restarted while its earlier batches "
+                "were queued here, or a second bridge of this id)", throttle_duration_sec=LOG_THROTTLE_S)
+        elif count == COLLISIONS_FOR_ERROR:
+            self.get_logger().error(
+                f"{count} replay batches of source {batch.source} came with numbers consumed with other "
+                "transitions: a second bridge with this source id publishes on this ROS domain (another "
+                "training on this machine, its bridge of the same name and namespace): the two runs mix "
+                "their data; give each training its own ROS_DOMAIN_ID")
 
     # ------------------------------------------------------------------ outputs
     def _publish_progress(self) -> None:
