@@ -321,15 +321,16 @@ def test_learner_refuses_a_run_folder_another_process_trains_in(tmp_path, ros_do
 
 def test_a_launch_refused_by_the_learner_leaves_the_run_folder_alone(tmp_path, ros_domain_id):
     """launch_params.yaml was written before the learner took the folder: over the record of the run
-    that another process trains there (or of the run whose config a refused resume would change)."""
+    that another process trains there (or of the run whose config a refused resume would change).
+    The launch now refuses a folder another training holds before any node starts."""
     from opolo_ros.launch_runner import run_launch
-    from opolo_ros.train.runlock import RunFolderInUse, RunFolderLock
+    from opolo_ros.train.runlock import RunFolderLock
 
     run = tmp_path / "run"
     lock = RunFolderLock(run).acquire()
     try:
-        result = run_launch("sim_train", [f"run_dir:={run}", "total_steps:=50"], ros_domain_id)
-        assert isinstance(result.learner.error, RunFolderInUse)
+        with pytest.raises(ValueError, match=f"run folder {run} is in use by another training process"):
+            run_launch("sim_train", [f"run_dir:={run}", "total_steps:=50"], ros_domain_id)
         assert sorted(p.name for p in run.iterdir()) == [".lock"]
     finally:
         lock.release()
