@@ -196,7 +196,7 @@ def describe(args: dict) -> list:
     cfg = run_config(params_file, overrides, ns)
     # A JointState bag without demos_joints is read by the task model's joint names (its first
     # message's order was taken, and a bag that listed the joints otherwise trained on scrambled
-    # observations without a word): the demo player is told them (direct.demo_joints)
+    # observations without a word): the demo player is told them (sim.tasks.demo_joints)
     joints = task_demo_joints(cfg)
     by_model = joints != cfg.demos_joints
     if by_model:

@@ -141,7 +141,7 @@ class RunConfig:
     num_demos: int = 4  # demonstration episodes to train on (the first ones); 0 = all there are
     # Reading a bag (opolo_ros.data.bags.read_demonstrations): the topic ("" = /opolo/demonstrations,
     # else the bag's only state topic); for sensor_msgs/JointState the joint names in policy order
-    # ("a,b,c"; "" = the task model's joints, direct.demo_joints) and the fields; the gap that
+    # ("a,b,c"; "" = the task model's joints, sim.tasks.demo_joints) and the fields; the gap that
     # splits an observation stream into episodes (seconds; the reset marker splits too); for any
     # other message type, the fields that make the observation ("pose.pose,twist.twist" for
     # nav_msgs/Odometry).
