@@ -802,11 +802,11 @@ class Actor(FinishableNode):
         command.remember(now)
 
     def _rate_limit(self, command: CommandBuffer, now: float) -> None:
-        """Clip the command just written to `max_action_rate` from the previous one."""
-        if command.previous_time is not None:
-            step = self.max_action_rate * min(now - command.previous_time, 1.0)
-            previous = command.previous
-            np.clip(command.values, previous - step, previous + step, out=command.values)
+        """Clip the command just written to `max_action_rate` from the previous one (the callers
+        have one: ``previous_time`` set)."""
+        step = self.max_action_rate * min(now - command.previous_time, 1.0)
+        previous = command.previous
+        np.clip(command.values, previous - step, previous + step, out=command.values)
 
     def _clamp_into(self, action: np.ndarray, current: LoadedPolicy, command: CommandBuffer,
                     now: float) -> None:

@@ -670,7 +670,7 @@ class StreamTrainer:
 
         self.plot_path = draw_run_curve(self.run_dir, f"{cfg.algo.upper()} through the ROS graph: "
                                         f"{cfg.env_id}, seed {cfg.seed}", self.expert_return,
-                                        self.hooks.log.warning) or self.plot_path
+                                        self.hooks.log.warning)
         self.result = TrainResult(self.run_dir, self.step, mean, std,
                                   normalised_score(mean, self.random_return, self.expert_return),
                                   self.expert_return, self.random_return, self.policy_path)
