@@ -1139,6 +1139,13 @@ def test_a_joint_state_bag_is_read_by_the_task_models_joint_names(tmp_path):
     assert demo_joints(small_cfg(tmp_path, bag, demos_fields="velocity,position"), model, 4) == ""
     assert demo_joints(small_cfg(tmp_path, bag, demos_obs_field="position"), model, 4) == ""
     assert demo_joints(small_cfg(tmp_path, bag), ("slider", "hinge", "x"), 4) == ""  # not its observation
+    # the run records the joints it read by (config.yaml, checkpoint), as the graph's learner does
+    trainer = DirectTrainer(small_cfg(tmp_path, bag))
+    assert trainer.cfg.demos_joints == "slider,hinge"
+    trainer.env.close()
+    trainer = DirectTrainer(small_cfg(tmp_path, bag, demos_joints="slider,hinge"))
+    assert trainer.cfg.demos_joints == "slider,hinge"
+    trainer.env.close()
 
 def test_exploration_actions_are_clipped_to_the_unit_box_before_the_replay(tmp_path, demos):
     """pi(s) + noise is clipped to [-1, 1] before it is stored: the env clips its own copy anyway,

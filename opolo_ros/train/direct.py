@@ -110,6 +110,15 @@ def prepare_demos(cfg: RunConfig, max_steps: int) -> list[Episode]:
     return episodes
 
 
+def demos_read_by(cfg: RunConfig, joints: Sequence[str], obs_dim: int) -> RunConfig:
+    """`cfg` with ``demos_joints`` set to the model's `joints` when its JointState bag is read by
+    them (:func:`demo_joints`), else `cfg` itself. The run's config.yaml records the joints it read
+    by, as the graph's learner does: a run resumed by the other way kept a config-until-step file."""
+    if cfg.algo != "opolo" or cfg.demos_joints or not demo_joints(cfg, joints, obs_dim):
+        return cfg
+    return dataclasses.replace(cfg, demos_joints=",".join(joints))
+
+
 def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
                 joints: Sequence[str] = ()) -> tuple[list[Episode], ExpertDataset | None]:
     """The run's demonstrations (OPOLO; none for TD3) and the (s, s') data over them, checked against
@@ -119,8 +128,8 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
     if cfg.algo == "opolo" and cfg.demos_joints:
         check_joint_order(split_names(cfg.demos_joints), joints,
                           Path(cfg.env_id).name if is_mjcf(cfg.env_id) else cfg.env_id)
-    by_model = cfg.algo == "opolo" and not cfg.demos_joints and bool(demo_joints(cfg, joints, obs_dim))
-    read = dataclasses.replace(cfg, demos_joints=",".join(joints)) if by_model else cfg
+    read = demos_read_by(cfg, joints, obs_dim)
+    by_model = read is not cfg
     try:
         demos = prepare_demos(read, max_steps) if cfg.algo == "opolo" else []
     except ValueError as err:
@@ -313,7 +322,9 @@ class DirectTrainer:
         self.max_steps = self.env.spec.max_episode_steps or 1000
         self.scaler = ActionScaler.from_space(self.env.action_space)
         self.control_period = control_period(self.env)  # the exported policies' control_period_s
-        self.demos, experts = expert_data(cfg, obs_dim, self.max_steps, env_joint_names(self.env))
+        joints = env_joint_names(self.env)
+        self.demos, experts = expert_data(cfg, obs_dim, self.max_steps, joints)
+        self.cfg = cfg = demos_read_by(cfg, joints, obs_dim)
         self.learner = make_learner(cfg, obs_dim, act_dim)
         self.schedule = make_schedule(cfg)
         replay = ReplayBuffer(obs_dim, act_dim, min(cfg.schedule.buffer_size, max(cfg.total_steps, 1)),
