@@ -911,6 +911,35 @@ def test_a_crashed_runs_journal_is_not_deleted_by_a_restart_without_journal(tmp_
     assert not journal.exists()
 
 
+def test_a_damaged_journal_is_not_deleted_by_a_restart_without_journal(tmp_path, demos):
+    """A journal damaged before its records beyond the checkpoint read as empty to a start with
+    journal: false, which deleted it, and every acknowledged transition after the damage with it."""
+    from opolo_ros.data.journal import HEADER
+    from opolo_ros.train.checkpoint import CheckpointError
+
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=10_000)
+    rows = np.zeros((10, 4 + 1 + 4 + 3), np.float32)
+    crashed = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    crashed.start(None, resume=True, journal=True, journal_fsync=False)
+    crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=0, source=1))
+    crashed.save()
+    for seq in (1, 2):
+        crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=seq, source=1))
+    crashed.close()  # the journal holds transitions 10..20 and 20..30
+    journal = tmp_path / "run_td3" / "replay_journal.bin"
+    data = bytearray(journal.read_bytes())
+    data[HEADER.size + 5] ^= 0x40  # one flipped bit in the payload of 10..20
+    journal.write_bytes(bytes(data))
+    for tail, kind in ((bytes(data), "whole records follow bad bytes"),
+                       (bytes(data[:len(data) // 2]), "its last record is all there")):
+        journal.write_bytes(tail)
+        without = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+        with pytest.raises(CheckpointError, match=rf"replay journal .* is damaged \({kind}.*journal:=true"):
+            without.start(None, resume=True, journal=False, journal_fsync=False)
+        without.close()
+        assert journal.read_bytes() == tail
+
+
 def test_a_stop_checkpoint_leaves_the_replay_to_the_last_full_one_and_the_journal(tmp_path, demos):
     """A stop writes a light checkpoint: no replay rows (a full 1M-transition Ant buffer took 6-10 s
     to write, past the 2 s a node has to stop), the full checkpoint before it kept as replay_base.pt

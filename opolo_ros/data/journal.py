@@ -100,6 +100,11 @@ def _whole_record_after(data: bytes, start: int) -> bool:
     return False
 
 
+# what each end kind of a damaged journal (:func:`_end_kind`) looks like, for messages
+DAMAGE = {"last": "its last record is all there but fails its check",
+          "middle": "whole records follow bad bytes in its middle"}
+
+
 def _end_kind(data: bytes, offset: int) -> str:
     """What ends the journal's whole records at `offset`: "" (nothing), "torn" (part of a record: an
     append a crash cut short, never acknowledged), "last" (a last record whose every byte is there
@@ -117,9 +122,17 @@ def _end_kind(data: bytes, offset: int) -> str:
     return "torn"
 
 
-def read_records(path: Path) -> list[JournalRecord]:
-    """The whole records of a journal file, without opening it for appending (nor rewriting it)."""
-    return [rec for _, rec in _records(path.read_bytes())] if path.is_file() else []
+def _whole_length(parsed: list[tuple[int, JournalRecord]]) -> int:
+    """The bytes the whole records `parsed` (from :func:`_records`) take from the file's start."""
+    return parsed[-1][0] + HEADER.size + parsed[-1][1].rows.nbytes if parsed else 0
+
+
+def read_records(path: Path) -> tuple[list[JournalRecord], str]:
+    """The whole records of a journal file, and what ends them (:func:`_end_kind`), without opening
+    it for appending (nor rewriting it)."""
+    data = path.read_bytes() if path.is_file() else b""
+    parsed = list(_records(data))
+    return [rec for _, rec in parsed], _end_kind(data, _whole_length(parsed))
 
 
 class ReplayJournal:
@@ -150,7 +163,7 @@ class ReplayJournal:
         """
         data = b"" if discard or not self.path.is_file() else self.path.read_bytes()
         parsed = list(_records(data))
-        whole = parsed[-1][0] + HEADER.size + parsed[-1][1].rows.nbytes if parsed else 0
+        whole = _whole_length(parsed)
         self.dropped = (len(data) - whole, parsed[-1][1].end_step if parsed else None)
         records = [rec for _, rec in parsed if rec.end_step > keep_from]
         for rec in records:

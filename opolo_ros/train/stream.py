@@ -33,7 +33,7 @@ from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.batches import ReplayBatch, SourceAck, replay_fields
 from opolo_ros.data.demos import Episode, ExpertDataset
-from opolo_ros.data.journal import JournalRecord, ReplayJournal, read_records
+from opolo_ros.data.journal import DAMAGE, JournalRecord, ReplayJournal, read_records
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
@@ -205,7 +205,15 @@ class StreamTrainer:
                                       "replay buffer, which replay_base.pt and the replay journal hold: "
                                       "resume with the learner's journal: true (a task file's learner "
                                       "section, or -p journal:=true to the learner program)")
-            beyond = [rec for rec in read_records(self.journal_path) if rec.end_step > self.step]
+            records, end = read_records(self.journal_path)
+            beyond = [rec for rec in records if rec.end_step > self.step]
+            if resume and end in ("last", "middle"):  # its records after the damage were not counted
+                raise CheckpointError(f"the replay journal {self.journal_path} is damaged ({DAMAGE[end]}): "
+                                      "transitions acknowledged to a bridge may follow the damage; resume "
+                                      "with the learner's journal: true (a task file's learner section, or "
+                                      "-p journal:=true to the learner program) to keep the file's bytes "
+                                      "and train on its whole records, or delete the file to go on "
+                                      "without them")
             if resume and beyond:  # a crash before: deleting it would lose acknowledged transitions
                 n = sum(rec.end_step - max(rec.first_step, self.step) for rec in beyond)
                 raise CheckpointError(f"the replay journal {self.journal_path} holds {n} transitions after "
