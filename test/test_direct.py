@@ -1338,3 +1338,23 @@ def test_a_signal_as_the_run_writes_its_last_files_leaves_them_written(tmp_path,
         clear_interrupted()  # (had it come out as an interrupt, later tests would see it)
     assert result.env_steps == 100 and (result.run_dir / "policy.onnx").is_file()
     assert (result.run_dir / "checkpoint.pt").is_file() and trainer.stop.is_set()
+
+
+def test_the_graphs_progress_bar_is_drawn_on_a_terminal_only(tmp_path, demos):
+    """Into a pipe (`make train | tee`) the learner's bar glued the other nodes' log lines onto its
+    carriage-return updates: there it logs a line per rate period instead."""
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = StreamTrainer(small_cfg(tmp_path, demos, "td3", progress=True), policy_every=10**6,
+                           hooks=quiet_hooks())
+    stream.open_progress_bar(io.StringIO())
+    assert stream._bar is None
+    terminal = Terminal()
+    stream.open_progress_bar(terminal)
+    assert stream._bar is not None and "graph td3 InvertedPendulum-v5" in terminal.getvalue()
+    stream.close_progress_bar()
+    stream.close()

@@ -19,12 +19,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 import numpy as np
 import torch
@@ -267,12 +268,16 @@ class StreamTrainer:
         return self.run_dir / "replay_journal.bin"
 
     # ------------------------------------------------------------------ the stream
-    def open_progress_bar(self) -> None:
-        if self.cfg.progress:
+    def open_progress_bar(self, stream: TextIO | None = None) -> None:
+        """A progress bar on a terminal (`stream`, stderr by default); into a file or a pipe
+        (``make train | tee``), where the bar's carriage returns glued the other nodes' log lines
+        onto it, a log line per rate period instead."""
+        stream = sys.stderr if stream is None else stream
+        if self.cfg.progress and stream.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.cfg.total_steps, initial=self.step, unit="step", dynamic_ncols=True,
-                             desc=f"graph {self.cfg.algo} {self.cfg.env_id}")
+                             file=stream, desc=f"graph {self.cfg.algo} {self.cfg.env_id}")
         self._last_log, self._last_log_t, self._last_ret = self.step, time.perf_counter(), math.nan
 
     def close_progress_bar(self) -> None:
