@@ -1052,6 +1052,23 @@ def test_a_p_that_did_not_reach_the_node_is_refused(tmp_path, ros_domain_id, arg
         context.try_shutdown()
 
 
+def test_a_p_that_did_not_reach_the_node_is_refused_before_the_node_acts(tmp_path, ros_domain_id, capfd):
+    """The demo player published its episodes (transient local) in its constructor, and the check of
+    each -p came after it: the refused program had already put them on the topic (an audit)."""
+    from opolo_ros.nodes.common import run_node
+    from opolo_ros.nodes.demo_player import DemoPlayer
+
+    task = tmp_path / "task.yaml"
+    task.write_text(yaml.safe_dump({"/**": {"ros__parameters": {"seed": 0}},
+                                    "demo_player": {"ros__parameters": {"topic": "/from_file"}}}))
+    demos = ROOT / "models" / "demos" / "InvertedPendulum-v5"
+    args = ["demo_player", "--ros-args", "--params-file", str(task), "-p", "topic:=/mine",
+            "-p", f"demos:={demos}"]
+    assert run_node(DemoPlayer, args) == 2
+    err = capfd.readouterr().err
+    assert "-p topic:=/mine did not reach the node" in err and "published" not in err, err
+
+
 def test_train_mode_exploration_adds_noise_in_the_policys_unit_box(tmp_path, ros_domain_id):
     """Past warm-up an action is to_env(clip(to_unit(pi(s)) + noise, -1, 1)): the model's output is in
     environment units (here [-3, 3]) and goes back to [-1, 1] before the noise. Taken as unit

@@ -30,13 +30,14 @@ Signals (``main()``)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -105,6 +106,10 @@ def declare(node: Node, name: str, default: ParamValue, description: str,
     descriptor = ParameterDescriptor(description=description, read_only=read_only,
                                      dynamic_typing=True)
     value = node.declare_parameter(name, default, descriptor).value
+    if _program_argv is not None:  # a node program: its -p reached the node, or an error now
+        text = _given_overrides(node, _program_argv).get(name)
+        if text is not None:
+            _check_override(node, name, text)
     if isinstance(default, list) and not default:
         return list(value) if isinstance(value, (list, tuple)) else value
     return coerce(name, value, default)
@@ -233,31 +238,58 @@ def check_params_files(args: list[str], executable: str) -> None:
     check_param_arguments(args, executable, name, namespace)
 
 
+# the command line of the node program being built (run_node): declare() checks each parameter's
+# `-p` against it at once, before the node acts on its values (publishes, starts training)
+_program_argv: list[str] | None = None
+
+
+@contextlib.contextmanager
+def _checking_overrides(argv: list[str]) -> Iterator[None]:
+    """While a node program builds its node, :func:`declare` checks each ``-p`` of `argv`."""
+    global _program_argv
+    _program_argv = argv
+    try:
+        yield
+    finally:
+        _program_argv = None
+
+
+def _given_overrides(node: Node, argv: list[str]) -> dict[str, str]:
+    """The last ``-p key:=text`` of each key for this node (plain, or ``-p <its name>:key:=``)."""
+    args = ros_arguments(argv)
+    given: dict[str, str] = {}
+    for flag, value in zip(args, args[1:]):
+        key, sep, text = value.partition(":=")
+        prefix, _, key = key.rpartition(":")
+        if flag in ("-p", "--param") and sep and prefix in ("", node.get_name()):
+            given[key] = text
+    return given
+
+
+def _check_override(node: Node, key: str, text: str) -> None:
+    try:
+        wanted = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return  # rcl refused it already, or read it otherwise: not this check's business
+    got = node.get_parameter(key).value
+    if not _same_value(got, wanted):
+        raise ValueError(f"-p {key}:={text} did not reach the node ({key} is {got!r}): a --params-file "
+                         f"section for it won over the -p (rcl's order: node names as they first "
+                         f"appear, a plain -p counts as /**); give it after the file as -p "
+                         f"{node.get_name()}:{key}:={text}, or change the file")
+
+
 def check_param_overrides(node: Node, argv: list[str]) -> None:
     """Each ``-p key:=value`` for this node (plain, or ``-p <its name>:key:=``) the node did not get:
     rcl applies the entries of a parameter file and of ``-p`` by an order of its own (node names in
     the order they first appear, a plain ``-p`` filed under ``/**``), so a task file's ``learner:``
     section after its ``/**`` section won over a plain ``-p`` given after the file, whose value was
     ignored (a walkthrough's ``-p run_dir:=`` trained in the task file's run folder). The last ``-p``
-    of a key is what the command line says; a node that got another value is an error."""
-    args = ros_arguments(argv)
-    given: dict[str, str] = {}
-    for flag, value in zip(args, args[1:]):
-        key, sep, text = value.partition(":=")
-        prefix, _, key = key.rpartition(":")
-        if flag in ("-p", "--param") and sep and prefix in ("", node.get_name()) and node.has_parameter(key):
-            given[key] = text
-    for key, text in given.items():
-        try:
-            wanted = yaml.safe_load(text)
-        except yaml.YAMLError:
-            continue  # rcl refused it already, or read it otherwise: not this check's business
-        got = node.get_parameter(key).value
-        if not _same_value(got, wanted):
-            raise ValueError(f"-p {key}:={text} did not reach the node ({key} is {got!r}): a --params-file "
-                             f"section for it won over the -p (rcl's order: node names as they first "
-                             f"appear, a plain -p counts as /**); give it after the file as -p "
-                             f"{node.get_name()}:{key}:={text}, or change the file")
+    of a key is what the command line says; a node that got another value is an error. A node
+    program checks each parameter as it is declared (:func:`declare`), before the node uses it."""
+    for key, text in _given_overrides(node, argv).items():
+        if node.has_parameter(key):
+            _check_override(node, key, text)
 
 
 def _same_value(got: object, wanted: object) -> bool:
@@ -320,7 +352,8 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
             check_params_files(argv, default_node_name(factory))
             log_lines_over_progress_bars()
             rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
-            node = factory()
+            with _checking_overrides(argv):
+                node = factory()
             check_param_overrides(node, argv)
             # A node may choose its executor (the actor's `executor` parameter); else the events one.
             executor = make_executor(rclpy.get_default_context(), getattr(node, "executor_kind", "events"))
