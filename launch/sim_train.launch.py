@@ -58,7 +58,7 @@ ARGUMENTS = [
     LaunchArg("max_ahead", "", "transitions the bridge may run ahead of the learner (flow control); "
                                "empty = the file's sim_bridge value, else 0"),
     LaunchArg("policy_every", "", "transitions between policy exports; empty = the file's learner value, "
-                                  "else a multiple of schedule.train_freq near 250"),
+                                  "else the smallest multiple of schedule.train_freq >= 250"),
     LaunchArg("demos_topic", "", "the bag's topic to read the demonstrations from; empty = the file's "
                                  "demos_topic, else the bag's only observation topic"),
     LaunchArg("demos_joints", "", "JointState demonstrations: comma-separated joint names in the "

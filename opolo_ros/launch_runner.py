@@ -18,11 +18,11 @@ machines without ``ros2 launch``. The run ends when a node marked ``exit_ends_la
 learner writes a checkpoint).
 
 Parameters are resolved here, per node, from the parameter file and the arguments, rather than
-handed to rcl as ``[params_file, {...}]``: rcl gives a file's node-specific section precedence over
-any ``/**`` section regardless of order (so an argument passed as a ``/**`` override would lose
-against the file's ``learner:`` section), and a plain ``learner:`` key does not match a node in a
-namespace. :func:`node_parameters` applies the sections in the order ``/**``, ``/**/<name>``,
-``<name>``, ``/<name>``, ``<ns>/<name>``; the arguments go on top. A file's sections are read as rcl
+handed to rcl as ``[params_file, {...}]``: a plain ``learner:`` key does not match a node in a
+namespace, and an argument must win over every section of the file. :func:`node_parameters`
+applies the sections that reach the node in the file's order, a later one over an earlier one, as
+rcl does (``params_file.sections_reaching``; a plain ``<name>:`` section never overrides one that
+names the node's namespace); the arguments go on top. A file's sections are read as rcl
 reads them: nested keys name namespaces (``robot1: {actor: {ros__parameters: ...}}`` is
 ``robot1/actor``), and what rcl refuses (a value outside ``ros__parameters``, a misspelt
 ``ros__parameters``) is an error, never a section skipped.

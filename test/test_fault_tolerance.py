@@ -37,9 +37,8 @@ from std_msgs.msg import (  # noqa: E402
 from opolo_ros.algo.config import flatten, unflatten  # noqa: E402
 from opolo_ros.export.onnx_policy import load_policy  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, NodeSpec, load_launch_module  # noqa: E402
-from opolo_ros.nodes.sim_bridge import POLICY_VERSION_QOS  # noqa: E402
 from opolo_ros.ros import messages as m  # noqa: E402
-from opolo_ros.ros.qos import qos_for  # noqa: E402
+from opolo_ros.ros.qos import POLICY_VERSION_QOS, qos_for  # noqa: E402
 from opolo_ros.ros.runtime import spin_until  # noqa: E402
 from opolo_ros.sim.rollout import rollout_episodes  # noqa: E402
 from opolo_ros.train.checkpoint import load_checkpoint  # noqa: E402

@@ -298,8 +298,7 @@ def test_garbage_bytes_over_dds_are_rejected_by_every_subscription(graph, ros_no
     bounded reader and rejected (counted: exactly, on the reliable topics), and the nodes go on."""
     from std_msgs.msg import Int64
 
-    from opolo_ros.nodes.sim_bridge import POLICY_VERSION_QOS
-    from opolo_ros.ros.qos import qos_for
+    from opolo_ros.ros.qos import POLICY_VERSION_QOS, qos_for
 
     n = graph.nodes
     learner, actor, actor_js, bridge, recorder = (n[k] for k in ("learner", "actor", "actor_js",

@@ -255,7 +255,7 @@ ROS_NODE_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service
 # file's learner section without importing ROS.
 LEARNER_PARAMETERS: dict[str, tuple] = {
     "policy_every": (0, "export + publish the policy every this many transitions consumed; "
-                        "0 = a multiple of schedule.train_freq near 250"),
+                        "0 = the smallest multiple of schedule.train_freq >= 250"),
     "demo_settle_s": (2.0, "start with fewer than num_demos episodes (num_demos 0: with all "
                            "that came) once none arrived for this long"),
     "resume": (True, "resume from <run_dir>/checkpoint.pt when it exists; false: start over, the "

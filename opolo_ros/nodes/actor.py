@@ -103,7 +103,7 @@ from typing import Any
 import numpy as np
 from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration as RclpyDuration
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, Int64, UInt8MultiArray
 
@@ -125,7 +125,7 @@ from opolo_ros.nodes.common import EXECUTORS, FinishableNode, ParameterError, de
 from opolo_ros.nodes.session_pool import SessionPool
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
-from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, qos_for
+from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, POLICY_VERSION_QOS, qos_for
 from opolo_ros.ros.subscribe import subscribe
 from opolo_ros.sim.task_ids import same_task_name
 
@@ -137,8 +137,6 @@ class SerializedPolicy:
     data: bytes
 
 
-POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                durability=DurabilityPolicy.TRANSIENT_LOCAL)
 COUNTER_QOS = POLICY_VERSION_QOS  # a late `ros2 topic echo` sees the current count
 RELIABLE_DEFAULT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # rclpy's default
 SEED_OFFSET = 3  # the direct loop's action generator is default_rng(seed + 3)

@@ -75,7 +75,6 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float32MultiArray, Float64, Float64MultiArray, Int64, Int64MultiArray
 
@@ -84,13 +83,10 @@ from opolo_ros.data.bags import RESET_LABEL
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
-from opolo_ros.ros.qos import qos_for
+from opolo_ros.ros.qos import EPISODE_RETURN_QOS, POLICY_VERSION_QOS, qos_for
 from opolo_ros.ros.subscribe import subscribe
 from opolo_ros.sim.tasks import continuation_seed, control_period, joint_layout, make_task_env
 
-POLICY_VERSION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                                durability=DurabilityPolicy.TRANSIENT_LOCAL)
-EPISODE_RETURN_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MODES = ("lockstep", "realtime")
 MIN_TIMEOUT_S = 1e-3  # a shorter one makes its timer a busy loop (re-sends every few microseconds)
 DISCOVERY_GRACE_S = 3.0  # no flow control: how long a learner's progress publisher may lag its replay reader

@@ -20,6 +20,9 @@ Why each profile is what it is:
   host) immediately receives the newest policy and nothing older.
 - ``/opolo/learner_progress``: reliable, keep last 10; only the newest matters for flow control, but
   reliability means a bridge waiting on progress is never starved by a dropped sample.
+- ``policy_version`` (actor -> bridge): reliable, transient local, depth 1: a bridge started after
+  the actor learns the active version at once.
+- ``episode_return``: reliable, keep last 10 (monitoring).
 
 ros2_control caveat: ``forward_command_controller`` subscribes ``~/commands`` with
 ``SystemDefaultsQoS`` (reliable). A best-effort publisher is *incompatible* with a reliable
@@ -57,6 +60,8 @@ DEMONSTRATIONS_QOS = _profile(DEMONSTRATIONS_DEPTH, ReliabilityPolicy.RELIABLE,
                               DurabilityPolicy.TRANSIENT_LOCAL)
 POLICY_QOS = _profile(1, ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL)
 LEARNER_PROGRESS_QOS = _profile(LEARNER_PROGRESS_DEPTH, ReliabilityPolicy.RELIABLE)
+POLICY_VERSION_QOS = _profile(1, ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL)
+EPISODE_RETURN_QOS = _profile(10, ReliabilityPolicy.RELIABLE)
 
 TOPIC_QOS: dict[str, QoSProfile] = {
     "observation": OBSERVATION_QOS,
@@ -66,6 +71,8 @@ TOPIC_QOS: dict[str, QoSProfile] = {
     "demonstrations": DEMONSTRATIONS_QOS,
     "policy": POLICY_QOS,
     "learner_progress": LEARNER_PROGRESS_QOS,
+    "policy_version": POLICY_VERSION_QOS,
+    "episode_return": EPISODE_RETURN_QOS,
 }
 
 
