@@ -339,6 +339,10 @@ def test_a_run_ends_early_once_an_evaluation_reaches_stop_at_return(tmp_path, de
     assert again.done and again.finish().env_steps == 100
     again.close()
     assert len((tmp_path / "stream" / "eval.csv").read_text().splitlines()) == 2  # not evaluated again
+    from opolo_ros.train.logger import RunLogger
+
+    row, = RunLogger.read_evaluations(tmp_path / "stream" / "eval.csv")  # baselines (TD3: no expert)
+    assert np.isfinite(row["r_random"]) and np.isnan(row["r_expert"])
 
     with pytest.raises(ValueError, match="'stop_at_return' .* needs evaluations: set 'eval_every' > 0"):
         small_cfg(tmp_path, demos, "td3", eval_every=0, stop_at_return=100.0)
@@ -1358,3 +1362,35 @@ def test_the_graphs_progress_bar_is_drawn_on_a_terminal_only(tmp_path, demos):
     assert stream._bar is not None and "graph td3 InvertedPendulum-v5" in terminal.getvalue()
     stream.close_progress_bar()
     stream.close()
+
+
+def test_eval_csv_records_the_scores_baselines_and_a_changed_expert_return_is_said(tmp_path, capsys):
+    """R_expert was not in the checkpoint nor in eval.csv: a run resumed over a replaced bag (or
+    another num_demos) scored on a new scale without a word, and a report could not tell."""
+    import csv
+
+    from opolo_ros.train.logger import RunLogger
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "demos.npz"
+    save_npz(path, [Episode(rng.normal(0, 0.1, (60, 4)), ret) for ret in (50.0, 70.0, 90.0, 110.0)])
+    DirectTrainer(small_cfg(tmp_path, path, total_steps=120, eval_every=60, checkpoint_every=60,
+                            num_demos=2)).train()
+    assert "R_expert" not in capsys.readouterr().err
+    DirectTrainer(small_cfg(tmp_path, path, total_steps=180, eval_every=60, checkpoint_every=60,
+                            num_demos=4)).train()
+    assert "is 80.0, the run scored against 60.0 until its checkpoint" in capsys.readouterr().err
+    with open(tmp_path / "run_opolo" / "eval.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["r_expert"]) for r in rows] == [60.0, 60.0, 80.0]
+    assert len({r["r_random"] for r in rows}) == 1 and np.isfinite(float(rows[0]["r_random"]))
+    old = tmp_path / "old"  # a log of an older version: its rows keep blanks in the new columns
+    old.mkdir()
+    (old / "eval.csv").write_text("env_step,return_mean,return_std,normalised,wall_s\n10,1.0,0.0,0.5,3.0\n")
+    logger = RunLogger(old)
+    logger.evaluation({"env_step": 20, "return_mean": 2.0, "return_std": 0.0, "normalised": 0.6,
+                       "wall_s": 4.0, "r_expert": 3.0, "r_random": 0.0})
+    logger.close()
+    rows = RunLogger.read_evaluations(old / "eval.csv")
+    assert [r["env_step"] for r in rows] == [10, 20] and np.isnan(rows[0]["r_expert"])
+    assert rows[1]["r_expert"] == 3.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -238,6 +239,20 @@ def check_same_task(saved: dict[str, Any], config: dict[str, Any], path: str | P
         also = _also_changed(config_changes(saved, config), ("env_id", "algo"))
         raise CheckpointError(f"checkpoint {path} is for {saved['algo']} on {saved['env_id']}, "
                               f"not {config['algo']} on {config['env_id']}{also}; {start_over}")
+
+
+def expert_return_note(state: dict[str, Any], expert_return: float) -> str:
+    """A warning when the demonstrations' mean return (R_expert of the normalised score) differs
+    from the one the checkpoint's run scored against ('' when it does not, or either is unknown):
+    the bag was replaced, or ``num_demos`` changed, and one eval.csv would hold scores of two
+    scales without a word (its ``r_expert`` column says which)."""
+    saved = float(state.get("expert_return", math.nan))
+    if not (math.isfinite(saved) and math.isfinite(expert_return)) or math.isclose(saved, expert_return,
+                                                                                   rel_tol=1e-9):
+        return ""
+    return (f"the demonstrations' mean return (R_expert of the normalised score) is {expert_return:.1f}, "
+            f"the run scored against {saved:.1f} until its checkpoint: normalised scores before and "
+            "after differ in scale (eval.csv's r_expert column)")
 
 
 def resume_changes(state: dict[str, Any], config: dict[str, Any], path: str | Path,

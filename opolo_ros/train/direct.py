@@ -57,6 +57,7 @@ from opolo_ros.train.checkpoint import (
     CheckpointError,
     changes_note,
     check_finite,
+    expert_return_note,
     load_checkpoint,
     policy_io,
     restore_runner,
@@ -357,7 +358,8 @@ class DirectTrainer:
             "rng": self.rng.bit_generator.state, **torch_rng_state(),
             "env": get_env_state(self.env), "obs": self.obs,
             "episode": (self.episode_return, self.episode_len, self.episodes_done),
-            "random_return": self.random_return, "wall": self.wall_offset + self._elapsed(),
+            "random_return": self.random_return, "expert_return": self.expert_return,
+            "wall": self.wall_offset + self._elapsed(),
             "best_return": self.best_return,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "eval_due": self.eval_due,
@@ -376,6 +378,9 @@ class DirectTrainer:
         restore_runner(self.runner, state, to_dict(self.cfg), path, start_over)
         if changes:
             tqdm.write(changes_note(changes))
+        rescaled = expert_return_note(state, self.expert_return)
+        if rescaled:
+            self._warn(rescaled)
         self.step = state["step"]
         self.rng.bit_generator.state = state["rng"]
         restore_torch_rng(state)
@@ -561,7 +566,8 @@ class DirectTrainer:
         norm = normalised_score(mean, self.random_return, self.expert_return)
         logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
         logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,
-                           "normalised": norm, "wall_s": self.wall_offset + self._elapsed()})
+                           "normalised": norm, "wall_s": self.wall_offset + self._elapsed(),
+                           "r_expert": self.expert_return, "r_random": self.random_return})
         if bar is not None:
             bar.write(eval_line(self.step, mean, std, norm))
         self.best_return = note_evaluation(mean, self.best_return, self.cfg, self.step,

@@ -20,7 +20,8 @@ def purge_step(resumed_at: int) -> int | None:
 
 
 class RunLogger:
-    EVAL_FIELDS = ("env_step", "return_mean", "return_std", "normalised", "wall_s")
+    # r_expert, r_random: the normalised score's R_expert and R_random (blank in older logs)
+    EVAL_FIELDS = ("env_step", "return_mean", "return_std", "normalised", "wall_s", "r_expert", "r_random")
 
     def __init__(self, run_dir: str | Path, tensorboard: bool = True, purge_from: int | None = None) -> None:
         """`purge_from`: TensorBoard hides earlier events at this step and later (:func:`purge_step`)."""

@@ -53,6 +53,7 @@ from opolo_ros.train.checkpoint import (
     CheckpointError,
     changes_note,
     check_finite,
+    expert_return_note,
     load_checkpoint,
     policy_io,
     restore_runner,
@@ -544,7 +545,8 @@ class StreamTrainer:
         norm = normalised_score(mean, self.random_return, self.expert_return)
         self.logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
         self.logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,
-                                "normalised": norm, "wall_s": self._elapsed()})
+                                "normalised": norm, "wall_s": self._elapsed(),
+                                "r_expert": self.expert_return, "r_random": self.random_return})
         line = eval_line(self.step, mean, std, norm)
         if self._bar is not None:
             self._bar.write(line)
@@ -591,6 +593,7 @@ class StreamTrainer:
             "config": to_dict(self.cfg), "step": self.step, "runner": runner,
             **torch_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
             "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
+            "expert_return": self.expert_return,
             "wall": self._elapsed(), "source": GRAPH_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
@@ -646,6 +649,9 @@ class StreamTrainer:
         restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path, start_over)
         if changes:
             self.hooks.log.info(changes_note(changes))
+        rescaled = expert_return_note(state, self.expert_return)
+        if rescaled:
+            self.hooks.log.warning(rescaled)
         self.step = state["step"]
         restore_torch_rng(state)
         self.acks = {int(k): SourceAck(*v) for k, v in state.get("acks", {}).items()}
