@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -60,7 +61,7 @@ def run_task(env_id: str, variants: list[str], seeds: list[int], at: list[int], 
     def one(variant: str, seed: int) -> dict[str, dict]:
         if report:  # what the run folder holds, nothing run
             csv = Path(run_root) / f"{env_id}_{variant}_seed{seed}" / "eval.csv"
-            evals = {int(r["env_step"]): r for r in RunLogger.read_evaluations(csv)} if csv.is_file() else {}
+            evals = {int(r["env_step"]): r for r in evaluations(csv)}
             rows = {a: evals[a] for a in at if a in evals}
         else:
             rows = run_seed(config, seed, at, [*sets, *VARIANTS[variant]], run_root, variant, eval_every)
@@ -70,17 +71,29 @@ def run_task(env_id: str, variants: list[str], seeds: list[int], at: list[int], 
 
 
 def cell(seed_rows: dict, step: int) -> str:
+    """The mean score over the seeds that reached `step`; "(n=k of N)" when not all N did (a mean
+    of fewer seeds looked like the whole one)."""
     if "missing" in seed_rows:
         return "missing"
     values = [rows[str(step)]["normalised"] for rows in seed_rows.values() if str(step) in rows]
     if not values:
         return "-"
     mean = sum(values) / len(values)
+    if len(values) < len(seed_rows):
+        return f"{mean:.2f} (n={len(values)} of {len(seed_rows)})"
     return f"{mean:.2f}" + (f" (n={len(values)})" if len(values) > 1 else "")
 
 
+def step_label(step: int) -> str:
+    """100000 -> 100k, 1000000 -> 1M, 2500 -> 2.5k (a column heading)."""
+    for size, unit in ((1_000_000, "M"), (1000, "k")):
+        if step >= size:
+            return f"{step / size:g}{unit}"
+    return str(step)
+
+
 def table(results: dict[str, dict[str, dict]], at: list[int]) -> str:
-    lines = ["| task | variant | " + " | ".join(f"{a // 1000}k" for a in at) + " | paper OPOLO |",
+    lines = ["| task | variant | " + " | ".join(step_label(a) for a in at) + " | paper OPOLO |",
              "|---|---|" + "---|" * len(at) + "---|"]
     for env_id, by_variant in results.items():
         for variant, seed_rows in by_variant.items():
@@ -90,6 +103,12 @@ def table(results: dict[str, dict[str, dict]], at: list[int]) -> str:
     return "\n".join(lines)
 
 
+def evaluations(csv: Path) -> list[dict[str, float]]:
+    """A log's evaluations by step, one per step (the last row of a step wins, as in a cell)."""
+    by_step = {int(r["env_step"]): r for r in RunLogger.read_evaluations(csv)}
+    return [by_step[k] for k in sorted(by_step)]
+
+
 def spread(env_id: str, variants: list[str], seeds: list[int], run_root: str, after: int) -> list[str]:
     """Per run: its last evaluation, the range and mean of its evaluations after `after` steps and
     the first evaluation at 0.90 or more (the glance table's columns in BENCHMARKS.md)."""
@@ -97,18 +116,20 @@ def spread(env_id: str, variants: list[str], seeds: list[int], run_root: str, af
     for variant in variants:
         for seed in seeds:
             csv = Path(run_root) / f"{env_id}_{variant}_seed{seed}" / "eval.csv"
-            rows = RunLogger.read_evaluations(csv)
+            rows = evaluations(csv)
             if not rows:
                 continue
+            scored = [r for r in rows if math.isfinite(r["normalised"])]
             last = rows[-1]
             line = f"{env_id} {variant} seed {seed}: last {last['normalised']:.3f} at {int(last['env_step'])}"
-            late = [r["normalised"] for r in rows if r["env_step"] > after]
+            late = [r["normalised"] for r in scored if r["env_step"] > after]
             if late:
-                line += (f"; after {after // 1000}k: {min(late):.3f}-{max(late):.3f}, "
+                line += (f"; after {step_label(after)}: {min(late):.3f}-{max(late):.3f}, "
                          f"mean {sum(late) / len(late):.3f} ({len(late)})")
-            first = next((int(r["env_step"]) for r in rows if r["normalised"] >= 0.9), None)
+            first = next((int(r["env_step"]) for r in scored if r["normalised"] >= 0.9), None)
             line += f"; first >= 0.90 at {first}" if first is not None else "; never >= 0.90"
-            lines.append(line)
+            unscored = len(rows) - len(scored)
+            lines.append(line + (f"; {unscored} evaluation(s) without a score left out" if unscored else ""))
     return lines
 
 
@@ -123,10 +144,18 @@ def plot(env_id: str, variants: list[str], seeds: list[int], run_root: str, out_
     for files in groups.values():  # the logs go next to the plot: it can be drawn again from them
         for log in files:
             copy = Path(out_dir) / log.parent.name / log.name
-            if copy.resolve() != log.resolve():
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(log, copy)
-    return plot_curves(groups, Path(out_dir) / f"{env_id}.png", title=f"OPOLO on {env_id}",
+            if copy.resolve() == log.resolve():
+                continue
+            lost = sorted({int(r["env_step"]) for r in evaluations(copy)}
+                          - {int(r["env_step"]) for r in evaluations(log)})
+            if lost:  # a run started over (or another one) would replace a longer committed log
+                print(f"{copy} kept: {log} lacks its evaluations at {lost[0]}..{lost[-1]} "
+                      f"({len(lost)}); move one of them aside to replace it", file=sys.stderr)
+                continue
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, copy)
+    names = " and ".join({"opolo": "OPOLO", "opolo-x": "OPOLO-x"}[v] for v in groups)
+    return plot_curves(groups, Path(out_dir) / f"{env_id}.png", title=f"{names} on {env_id}",
                        expert_return=expert_return(task_config(env_id)))
 
 
@@ -157,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {task: run_task(task, args.variants, args.seeds, args.at, args.run_root, args.set,
                               args.eval_every, args.report) for task in args.tasks}
+    skipped = [task for task, by_variant in results.items()
+               if any("missing" in seed_rows for seed_rows in by_variant.values())]
     print("\nNormalised score (R - R_random) / (R_expert - R_random), deterministic evaluation\n")
     print(table(results, args.at))
     for task in args.tasks:
@@ -170,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
             png = plot(t, args.variants, args.seeds, args.run_root, args.plots)
             if png:
                 print(f"plot: {png}")
+    if skipped and not args.report:  # nothing trained: a queue must not count the job done
+        print(f"not run: {', '.join(skipped)} (no expert demonstrations)", file=sys.stderr)
+        return 2
     return 0
 
 

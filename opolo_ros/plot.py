@@ -10,6 +10,22 @@ import numpy as np
 from opolo_ros.train.logger import RunLogger
 
 
+def _by_step(rows: list[dict[str, float]]) -> dict[int, dict[str, float]]:
+    """Evaluation rows by step (the last row of a step wins); steps without a finite return left out."""
+    return {int(r["env_step"]): r for r in rows if np.isfinite(r["return_mean"])}
+
+
+def seed_mean(runs: Sequence[Mapping[int, Mapping[str, float]]]
+              ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """The steps every run (:func:`_by_step`) was evaluated at, and the mean, min and max return
+    over the runs there."""
+    common = sorted(set.intersection(*(set(run) for run in runs))) if runs else []
+    if not common:
+        return [], np.zeros(0), np.zeros(0), np.zeros(0)
+    table = np.array([[run[k]["return_mean"] for k in common] for run in runs])
+    return common, table.mean(axis=0), table.min(axis=0), table.max(axis=0)
+
+
 def draw_run_curve(run_dir: Path, title: str, expert_return: float,
                    warn: Callable[[str], object]) -> Path | None:
     """A run folder's learning_curve.png from its eval.csv; None without evaluations (an MJCF task:
@@ -32,10 +48,13 @@ def plot_learning_curve(eval_csv: str | Path, output: str | Path, title: str = "
 
 def plot_curves(groups: Mapping[str, Sequence[str | Path]], output: str | Path, title: str = "",
                 expert_return: float | None = None, max_step: int | None = None) -> Path:
-    """One curve per group (label -> eval.csv files of its seeds): mean over seeds, min-max band.
+    """One curve per group (label -> eval.csv files of its seeds).
 
-    A single file per group shows its own evaluation std as the band instead. `max_step` leaves out
-    later evaluations (runs of different lengths compared over the same span).
+    Several seeds: the mean and min-max band over the steps every seed was evaluated at, and each
+    seed's own curve as a thin line (a mean over the seeds that happened to reach a step was drawn
+    as the mean of all, and runs of different lengths or evaluation grids made it jump). A single
+    file shows its own evaluation std as the band. `max_step` leaves out later evaluations (runs of
+    different lengths compared over the same span).
     """
     import matplotlib
 
@@ -44,26 +63,30 @@ def plot_curves(groups: Mapping[str, Sequence[str | Path]], output: str | Path, 
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     for label, files in groups.items():
-        runs = [RunLogger.read_evaluations(f, until=max_step) for f in files]
+        runs = [_by_step(RunLogger.read_evaluations(f, until=max_step)) for f in files]
         runs = [r for r in runs if r]
         if not runs:
             raise ValueError(f"no evaluations in {', '.join(map(str, files))}")
-        steps = sorted({row["env_step"] for run in runs for row in run})
-        table = np.full((len(runs), len(steps)), np.nan)
-        std = np.full(len(steps), np.nan)
-        for i, run in enumerate(runs):
-            for row in run:
-                j = steps.index(row["env_step"])
-                table[i, j] = row["return_mean"]
-                std[j] = row["return_std"]
-        mean = np.nanmean(table, axis=0)
         if len(runs) == 1:
-            low, high = mean - np.nan_to_num(std), mean + np.nan_to_num(std)
-        else:
-            low, high = np.nanmin(table, axis=0), np.nanmax(table, axis=0)
-        name = f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})" if label else None
-        line, = ax.plot(steps, mean, marker="o", markersize=3, label=name)
-        ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+            steps = sorted(runs[0])
+            mean = np.array([runs[0][k]["return_mean"] for k in steps])
+            std = np.nan_to_num(np.array([runs[0][k]["return_std"] for k in steps]))
+            line, = ax.plot(steps, mean, marker="o", markersize=3, label=label or None)
+            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+            continue
+        color = None
+        for run in runs:  # each seed, thin
+            steps = sorted(run)
+            thin, = ax.plot(steps, [run[k]["return_mean"] for k in steps], linewidth=0.7, alpha=0.45,
+                            color=color)
+            color = thin.get_color()
+        common, mean, low, high = seed_mean(runs)
+        name = f"{label} (mean of {len(runs)} seeds)" if label else f"mean of {len(runs)} seeds"
+        if not common:
+            thin.set_label(f"{label} ({len(runs)} seeds, no common evaluation step)")
+            continue
+        ax.plot(common, mean, marker="o", markersize=3, color=color, label=name)
+        ax.fill_between(common, low, high, color=color, alpha=0.2)
     if expert_return is not None and np.isfinite(expert_return):
         ax.axhline(expert_return, color="gray", linestyle="--", label="expert")
     ax.set_xlabel("environment steps")
