@@ -498,3 +498,41 @@ def test_a_job_whose_pid_file_cannot_be_written_is_not_left_running(tmp_path: Pa
         except OSError:
             continue
     assert mine == []
+
+
+def test_a_shell_jobs_child_is_waited_for_after_the_shell_ends(tmp_path: Path) -> None:
+    """`sh -c '... && ...'` (the docstring's form for shell syntax): on a stop the shell died at
+    once and the queue recorded the job ended while its child still wrote its checkpoint; a queue
+    started again then would have run it twice."""
+    slow = tmp_path / "slow.py"
+    slow.write_text("import signal, sys, time\nfrom pathlib import Path\n"
+                    "def stop(*_):\n    time.sleep(1.0)\n"
+                    f"    Path({str(tmp_path / 'checkpoint')!r}).write_text('written')\n    sys.exit(130)\n"
+                    "signal.signal(signal.SIGTERM, stop)\n"
+                    f"Path({str(tmp_path / 'started')!r}).touch()\ntime.sleep(60)\n")
+    shell = Job("shell", ("sh", "-c", f"{sys.executable} {slow} && echo next"))
+    queue = JobQueue([shell], tmp_path / "state", poll_s=0.05, log=lambda _: None)
+    stop, result = threading.Event(), []
+    worker = threading.Thread(target=lambda: result.append(queue.run(stop)))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    worker.join(timeout=30)
+    assert result == [130] and (tmp_path / "checkpoint").read_text() == "written"
+    assert not (tmp_path / "state" / "shell.pid").exists()
+
+
+def test_a_done_job_whose_command_changed_is_said_not_run_again(tmp_path: Path, job_script: Path) -> None:
+    """Done was keyed by name: a job extended in the file (300k -> 1M) was taken for done silently."""
+    said: list[str] = []
+    first = job(job_script, tmp_path, "j", seconds=0.05)
+    assert JobQueue([first], tmp_path / "state", poll_s=0.05, log=said.append).run(threading.Event()) == 0
+    changed = Job("j", (*first.command[:-2], "0.1", "0"))
+    assert JobQueue([changed], tmp_path / "state", poll_s=0.05, log=said.append).run(threading.Event()) == 0
+    assert len(starts(tmp_path)) == 1
+    assert any("j is done, with the command" in line and "give it a new name" in line for line in said), said
+    said.clear()
+    assert JobQueue([first], tmp_path / "state", poll_s=0.05, log=said.append).run(threading.Event()) == 0
+    assert not any("is done, with the command" in line for line in said)

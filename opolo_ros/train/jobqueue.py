@@ -24,7 +24,9 @@ redirections, ``&&``, ``;`` and ``$VARIABLES`` need ``sh -c '...'``; an unquoted
 refused (a ``$`` reaches the command as it is).
 
 State lives in `--state-dir` (default: `runs/queue/<queue file stem>`): `<name>.log` (the job's
-stdout and stderr, appended), `<name>.pid` while it runs, `<name>.done` once it exited 0,
+stdout and stderr, appended), `<name>.pid` while it runs (or what it started does: a job has
+ended when every process of its group has), `<name>.done` once it exited 0 (when, and its command:
+a done job whose command is changed in the file is said, not run again; rename it to run it),
 `<name>.exit` with the last non-zero exit status, and `queue.pid`.
 """
 
@@ -169,15 +171,30 @@ def _start_time(pid: int) -> str:
     return stat[stat.rindex(")") + 2:].split()[19]
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs (a job's group: what its command started)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _job_pid(pid_file: Path) -> int | None:
-    """The pid of the job a pid file names while that very process still runs, else None (an
-    unreadable or half-written file, a process that ended, a pid now used by another process)."""
+    """The pid of the job a pid file names while that very process still runs, or while what it
+    started does (`sh -c '...'` ended, its child writing a checkpoint); else None (an unreadable or
+    half-written file, a process that ended with all it started, a pid now used by another process)."""
     try:
         pid_text, started = pid_file.read_text().split()
         pid = int(pid_text)
     except (OSError, ValueError):
         return None
-    return pid if _start_time(pid) == started else None
+    now = _start_time(pid)
+    if now == started or (not now and _group_alive(pid)):  # (its pid is taken by no new process)
+        return pid
+    return None
 
 
 def last_progress(log: Path, max_bytes: int = 4096) -> str:
@@ -207,6 +224,7 @@ class JobQueue:
         self._reload_error = ""
         self._running: dict[str, tuple[Job, subprocess.Popen]] = {}
         self._signalled: set[str] = set()  # running jobs sent SIGTERM once (a second one aborts them)
+        self._told_changed: set[str] = set()  # done jobs whose command changed since, said once
 
     def say(self, text: str) -> None:
         """A progress line; if the output is gone (a closed pipe: `| head`, a `| tee` that was
@@ -268,11 +286,12 @@ class JobQueue:
         return proc
 
     def _finish(self, job: Job, rc: int) -> None:
-        """Record how a job ended."""
+        """Record how a job ended (its ``.done``: when, and the command that did it)."""
         self._file(job, "pid").unlink(missing_ok=True)
         if rc == 0:
             self._file(job, "exit").unlink(missing_ok=True)
-            self._file(job, "done").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+            self._file(job, "done").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+                                               f"{shlex.join(job.command)}\n")
             self.say(f"queue: {job.name} done")
             return
         self._file(job, "exit").write_text(f"{rc}\n")
@@ -291,6 +310,8 @@ class JobQueue:
                     self._reload_error = one_line(err)
                     self.say(f"queue: {self._reload_error}; keeping the jobs read before")
         done = {j.name for j in self.jobs if self.state(j) == "done"}
+        for j in self.jobs:
+            self._changed_since_done(j, done)
         running = {job.command: name for name, (job, _) in self._running.items()}
         for j in self.jobs:
             if j.name in tried or j.name in done or not set(j.after) <= done:
@@ -302,6 +323,20 @@ class JobQueue:
                 continue
             return j
         return None
+
+    def _changed_since_done(self, job: Job, done: set[str]) -> None:
+        """Say (once) that a done job's command was changed in the file since: a job extended
+        from 300k to 1M steps under its old name was taken for done without a word."""
+        if job.name not in done or job.name in self._told_changed:
+            return
+        try:
+            lines = self._file(job, "done").read_text().splitlines()
+        except OSError:
+            return
+        if len(lines) > 1 and lines[1] != shlex.join(job.command):  # (older .done files: a time only)
+            self._told_changed.add(job.name)
+            self.say(f"queue: {job.name} is done, with the command {lines[1]}; its command in the file is "
+                     f"now {shlex.join(job.command)}: not run again (give it a new name to run it)")
 
     def run(self, stop: threading.Event) -> int:
         """Run every job not done yet; 0 when all are done, 130 when stopped, else 1 (a job failed,
@@ -349,7 +384,7 @@ class JobQueue:
                         signalled.add(name)
             for name, (job, proc) in list(self._running.items()):
                 rc = proc.poll()
-                if rc is not None:
+                if rc is not None and not _group_alive(proc.pid):  # what it started has ended too
                     del self._running[name]
                     self._finish(job, rc)
             if not self._running and (stop.is_set() or self._next(tried) is None):
@@ -367,6 +402,8 @@ class JobQueue:
                 self._signal(proc, signal.SIGTERM)
         for job, proc in list(self._running.values()):
             rc = proc.wait()
+            while _group_alive(proc.pid):  # what it started, writing its checkpoint
+                time.sleep(self.poll_s)
             try:
                 self._finish(job, rc)
             except OSError:
