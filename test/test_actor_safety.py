@@ -61,6 +61,7 @@ class Rig:
         kind = JointState if joint_state else Float32MultiArray
         self.obs_pub = peer.create_publisher(kind, "observation", RELIABLE_DEFAULT_QOS)
         self.commands: list[tuple[float, float]] = []  # (receive time, first value)
+        self.full: list[list[float]] = []  # every value of each command
         self.counts: list[int] = []
         peer.create_subscription(Float64MultiArray, "action", self._on_command, RELIABLE_DEFAULT_QOS)
         peer.create_subscription(Int64, "/actor/rejected_observations",
@@ -70,6 +71,7 @@ class Rig:
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         self.commands.append((time.monotonic(), float(msg.data[0])))
+        self.full.append(list(msg.data))
 
     def spin_until(self, done: Callable[[], bool], timeout: float = 5.0) -> bool:
         return spin_until(self.executors, done, timeout_sec=timeout)
@@ -136,6 +138,8 @@ BAD_JOINT_STATES = {
     "inf velocity": joint_state(JOINTS, [0.1, 0.2], [INF, 0.4]),
     "missing joint": joint_state(["slider"], [0.1], [0.3]),
     "short velocity": joint_state(JOINTS, [0.1, 0.2], [0.3]),
+    "long velocity": joint_state(JOINTS, [0.1, 0.2], [0.3, 0.4, 0.5]),  # another joint list's values
+    "values without names": joint_state([], [0.1, 0.2], [0.3, 0.4]),  # no reset marker
 }
 
 
@@ -285,6 +289,18 @@ def test_time_feature_clock_appends_1_minus_t_over_T_and_restarts_after_the_watc
     for k, x in enumerate(spy.inputs[:6]):
         np.testing.assert_array_equal(x[:4], GOOD[k % 2])  # the observation, then the clock
     assert actor.rejected_observations == 0 and actor.stale_events >= 1
+
+
+def test_time_feature_clock_at_a_fixed_rate(tmp_path, ros_domain_id, ros_node):
+    """The fixed-rate timer checks the observation with the clock's value added against the model:
+    without it every observation was dropped there and no command went out (a mutation test)."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4 + [1.0], obs_dim=5, time_feature=True)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, time_feature_clock=4, rate_hz=50.0,
+                       observation_timeout_s=5.0, safe_command=[-0.5])
+    with graph:
+        rig.send(good_message(GOOD[0], False))
+        assert rig.spin_until(lambda: len(rig.commands) >= 5), rig.commands
+    assert [v for _, v in rig.commands][:5] == pytest.approx([3.0, 2.25, 1.5, 0.75, 3.0])
 
 
 @pytest.mark.parametrize("case", ["no time feature", "train mode", "negative"])
@@ -689,6 +705,8 @@ def test_action_limits_only_tighten_the_models_bounds():
         clamp_bounds(action_limits([-1.0] * 3, []), model_low, model_high)
     with pytest.raises(ValueError, match="leave no command inside the model's bounds"):
         clamp_bounds(action_limits([4.0], [5.0]), model_low, model_high)
+    with pytest.raises(ValueError, match="leave no command inside the model's bounds"):
+        clamp_bounds(action_limits([2.5], []), model_low, model_high)  # empty in one dimension only
 
 
 def test_non_finite_or_unusable_parameters_are_refused(tmp_path, ros_domain_id):
@@ -739,18 +757,21 @@ def test_a_joint_state_reset_marker_is_neither_an_observation_nor_a_rejection(tm
         assert (rig.actor.actions, rig.actor.rejected_observations) == (1, 0)
 
 
-def unbounded_policy(path: Path) -> Path:
-    """A policy whose output overflows float32 for large inputs: 1e38 * sum(obs)."""
+def unbounded_policy(path: Path, gains: list[float] | None = None) -> Path:
+    """A policy whose output overflows float32 for large inputs: gains[i] * sum(obs) for each
+    action i (default one action, 1e38 * sum(obs))."""
     import torch
 
     from opolo_ros.export.onnx_policy import export_policy
 
+    rows = [[g] * 4 for g in (gains or [1e38])]
+
     class Net(torch.nn.Module):
-        obs_dim, act_dim = 4, 1
+        obs_dim, act_dim = 4, len(rows)
 
         def __init__(self) -> None:
             super().__init__()
-            self.k = torch.nn.Parameter(torch.full((1, 4), 1e38), requires_grad=False)
+            self.k = torch.nn.Parameter(torch.tensor(rows), requires_grad=False)
 
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
             return obs @ self.k.T
@@ -772,6 +793,18 @@ def test_an_infinite_policy_output_gets_the_safe_command_not_the_bound(tmp_path,
     assert rig.actor.nonfinite_actions == 1
 
 
+def test_a_non_finite_value_in_any_action_dimension_gets_the_safe_command(tmp_path, ros_domain_id, ros_node):
+    """Only the first dimension of an action was tested for NaN/inf by every other test (act_dim 1):
+    a check of action[0] alone passed a command whose second value was inf (a mutation test)."""
+    model = unbounded_policy(tmp_path / "inf2.onnx", [0.0, 1e38])  # [0, 1e38 * sum(obs)]
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, safe_command=[0.25, -0.25],
+                       observation_timeout_s=60.0)
+    with graph:
+        rig.send(m.observation_to_msg(np.array([5.0, 0.0, 0.0, 0.0], np.float32)))
+        assert rig.spin_until(lambda: len(rig.full) == 1)
+    assert rig.full == [pytest.approx([0.25, -0.25])] and rig.actor.nonfinite_actions == 1
+
+
 def test_safe_command_outside_the_models_bounds_is_refused_inside_wider_limits(tmp_path, ros_domain_id):
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)  # bounds [-3, 3]
     spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model),
@@ -781,11 +814,12 @@ def test_safe_command_outside_the_models_bounds_is_refused_inside_wider_limits(t
         GraphRunner([spec], ros_domain_id)
 
 
-def test_safe_command_outside_the_limits_is_refused(tmp_path, ros_domain_id):
+@pytest.mark.parametrize("safe", [2.0, -2.0], ids=["above", "below"])
+def test_safe_command_outside_the_limits_is_refused(tmp_path, ros_domain_id, safe):
     model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
     spec = NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(model),
                                                   "action_low": [-1.0], "action_high": [1.0],
-                                                  "safe_command": [2.0]})
+                                                  "safe_command": [safe]})
     with pytest.raises(ValueError, match="safe_command"):
         GraphRunner([spec], ros_domain_id)
 

@@ -210,6 +210,15 @@ def test_folder_of_bags_in_number_order_and_nothing_skipped(tmp_path: Path) -> N
 
 # ------------------------------------------------------------------------------ plain streams
 
+def test_a_stream_exactly_one_gap_apart_is_one_episode(tmp_path: Path) -> None:
+    """A new episode starts after *more* than the gap (a mutation test: with >= a stream stamped
+    exactly that far apart, a sim-time recording, split at every message and read no episode)."""
+    obs = np.arange(6, dtype=np.float32).reshape(3, 2)
+    bag = _write_stream(tmp_path / "even", {"/observation": (F32, _stream(obs, dt=SEC // 2))})
+    got = read_demonstrations(bag, episode_gap_s=0.5)
+    assert [ep.obs.tolist() for ep in got] == [obs.tolist()]
+
+
 def test_float32_stream_split_by_gap_and_reset_marker(tmp_path: Path) -> None:
     """Episodes end at a gap, an empty message, and a message with a dim labelled "reset" even when
     it holds data; with reset_marker=None that labelled message is an observation like any other."""

@@ -161,6 +161,7 @@ def test_failed_verification_keeps_previous_model(nets, tmp_path, monkeypatch) -
     ({"action_low": [-1.0, -1.0], "action_high": 1.0}, "shape"),
     ({"action_low": -np.inf, "action_high": 1.0}, "finite"),
     ({"action_low": -1e39, "action_high": 1.0}, r"within float32's range"),  # finite, but inf in float32
+    ({"action_low": [-1.0, 0.0, 0.0], "action_high": [1.0, 0.0, 1.0]}, "below"),  # one empty dimension
 ])
 def test_export_rejects_bad_bounds(nets, tmp_path, kwargs, match) -> None:
     with pytest.raises(ValueError, match=match):
@@ -389,3 +390,30 @@ def test_stamped_metadata_is_checked_before_the_model_is_replaced(exported, tmp_
                                              "joint_names": ["shoulder", "elbow"]})
     assert meta.control_period_s == pytest.approx(0.02) and meta.extra["seed"] == "4"
     assert meta.joint_names == ("shoulder", "elbow")  # a list, stored as JSON, read as the names
+
+
+def test_metadata_bounds_are_checked_in_every_dimension() -> None:
+    """Bounds inverted in one dimension only, or a high of another length than the low, loaded (a
+    mutation test): the second gave numpy's ValueError, not the loader's one line."""
+    props = PolicyMetadata("Hopper-v5", 1, 2, (-1.0, -1.0), (1.0, 1.0)).to_props()
+    with pytest.raises(PolicyLoadError, match="low <= high"):
+        PolicyMetadata.from_props({**props, "action_low": "[0.0, 2.0]", "action_high": "[1.0, 1.0]"})
+    with pytest.raises(PolicyLoadError, match=r"action bounds have 2/1 entries, act_dim is 2"):
+        PolicyMetadata.from_props({**props, "action_high": "[1.0]"})
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_model_of_a_fixed_batch_is_refused(nets, exported, tmp_path) -> None:
+    """The contract's batch dimension is dynamic: a [1, obs_dim] graph loaded and failed only when
+    run on a batch (the export check, evaluation)."""
+    import onnx
+
+    path = tmp_path / "fixed.onnx"
+    torch.onnx.export(nets[0], (torch.zeros(1, OBS_DIM),), path, dynamo=False, input_names=["obs"],
+                      output_names=["action"])
+    proto = onnx.load(str(path))
+    for prop in onnx.load(str(exported[0])).metadata_props:
+        proto.metadata_props.add(key=prop.key, value=prop.value)
+    with pytest.raises(PolicyLoadError) as exc:
+        OnnxPolicy(proto.SerializeToString(), origin=str(path))
+    assert_one_line(exc, "fixed.onnx", "with a dynamic batch")

@@ -82,3 +82,18 @@ def test_expert_dataset_pairs_consecutive_states_within_each_episode():
     got = ds.sample(512)
     sampled = {(tuple(s), tuple(s2)) for s, s2 in zip(got.obs.tolist(), got.next_obs.tolist())}
     assert sampled == want  # every pair drawn, and nothing else
+
+
+def test_an_episode_of_one_state_is_refused(tmp_path):
+    """One state holds no (s, s') pair: it loaded, and episodes of one state each ended in a
+    cryptic torch.randint error when the expert data was sampled (a mutation test)."""
+    import pytest
+
+    from opolo_ros.data.demos import Episode, load_npz
+
+    with pytest.raises(ValueError, match=r"T\+1 >= 2"):
+        Episode(np.zeros((1, 3)))
+    path = tmp_path / "one.npz"
+    np.savez(path, obs_0=np.zeros((1, 3), np.float32))
+    with pytest.raises(ValueError, match=r"T\+1 >= 2"):
+        load_npz(path)
