@@ -332,6 +332,18 @@ def test_one_queue_per_state_folder_and_file(tmp_path: Path) -> None:
                               source=tmp_path / "one.yaml")) == 0
     with pytest.raises(ValueError, match=r"holds the jobs of .*one.yaml, not .*two.yaml"):
         run_queue(JobQueue(load_queue(tmp_path / "two.yaml"), state, source=tmp_path / "two.yaml"))
+    # one queue per file, whatever its state folder: a second one ran the jobs again beside the first
+    from opolo_ros.train.jobqueue import lock_queue_file
+
+    held_file = lock_queue_file(tmp_path / "one.yaml")
+    try:
+        with pytest.raises(ValueError, match=rf"one.yaml is run by another queue \(pid {os.getpid()}\)"):
+            run_queue(JobQueue(load_queue(tmp_path / "one.yaml"), tmp_path / "other_state",
+                               source=tmp_path / "one.yaml"))
+    finally:
+        os.close(held_file)
+    assert run_queue(JobQueue(load_queue(tmp_path / "one.yaml"), tmp_path / "other_state", poll_s=0.05,
+                              log=lambda _: None, source=tmp_path / "one.yaml")) == 0
 
 
 def test_status_refuses_another_files_state_folder(tmp_path: Path) -> None:

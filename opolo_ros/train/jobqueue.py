@@ -27,7 +27,8 @@ State lives in `--state-dir` (default: `runs/queue/<queue file stem>`): `<name>.
 stdout and stderr, appended), `<name>.pid` while it runs (or what it started does: a job has
 ended when every process of its group has), `<name>.done` once it exited 0 (when, and its command:
 a done job whose command is changed in the file is said, not run again; rename it to run it),
-`<name>.exit` with the last non-zero exit status, and `queue.pid`.
+`<name>.exit` with the last non-zero exit status, and `queue.pid`. One queue runs a file at a time,
+whatever its `--state-dir`.
 """
 
 from __future__ import annotations
@@ -434,6 +435,31 @@ def check_owner(queue: JobQueue) -> None:
                          "choose another --state-dir")
 
 
+def lock_queue_file(source: Path) -> int:
+    """Hold the queue file for this process (an flock on a lock file in the temporary folder named
+    after the file's resolved path, which an editor's rename-on-save leaves alone): a second
+    queue on the same file with another --state-dir ran its jobs a second time beside the first.
+    Returns the lock's file descriptor (closing it releases the lock); ValueError when held."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    resolved = str(source.resolve())
+    digest = hashlib.sha1(resolved.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"opolo-ros-queue-{digest}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ValueError(f"queue file {resolved} is run by another queue ({holder}); one queue per "
+                         "file, whatever its --state-dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def run_queue(queue: JobQueue) -> int:
     """`queue.run` in the foreground, stopped by SIGINT/SIGTERM/SIGHUP; one queue per state folder.
 
@@ -453,9 +479,11 @@ def run_queue(queue: JobQueue) -> int:
         stop.set()
 
     lock = RunFolderLock(queue.state_dir, label="queue state folder", holder="queue").acquire()
+    file_lock = None
     try:
         if queue.source is not None:
             check_owner(queue)
+            file_lock = lock_queue_file(queue.source)
             (queue.state_dir / "queue_file").write_text(str(queue.source.resolve()) + "\n")
         pid_file = queue.state_dir / "queue.pid"
         pid_file.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")  # as a job's: pid, start time
@@ -468,4 +496,6 @@ def run_queue(queue: JobQueue) -> int:
                 signal.signal(sig, old)
             pid_file.unlink(missing_ok=True)
     finally:
+        if file_lock is not None:
+            os.close(file_lock)
         lock.release()
