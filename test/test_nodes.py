@@ -1069,6 +1069,19 @@ def test_a_p_that_did_not_reach_the_node_is_refused_before_the_node_acts(tmp_pat
     assert "-p topic:=/mine did not reach the node" in err and "published" not in err, err
 
 
+def test_p_values_rcl_reads_otherwise_than_pyyaml_are_not_refused():
+    """PyYAML (YAML 1.1) keeps `5e-1` as text and rcl reads it as 0.5; rcl leaves `-p topics:=[]`
+    unset. Checked at each declaration, these were refused as "did not reach the node" (a review;
+    the topic recorder's own "at least one topic" error was hidden by it)."""
+    from opolo_ros.nodes.common import _same_value
+
+    assert _same_value(0.5, yaml.safe_load("5e-1")) and _same_value(0.001, "1e-3")
+    assert _same_value([0.001, 2.0], yaml.safe_load("[1e-3, 2]"))
+    assert _same_value(None, yaml.safe_load("[]"))
+    assert not _same_value(0.5, "fast") and not _same_value(0.5, yaml.safe_load("6e-1"))
+    assert not _same_value(None, yaml.safe_load("[1]"))
+
+
 def test_train_mode_exploration_adds_noise_in_the_policys_unit_box(tmp_path, ros_domain_id):
     """Past warm-up an action is to_env(clip(to_unit(pi(s)) + noise, -1, 1)): the model's output is in
     environment units (here [-3, 3]) and goes back to [-1, 1] before the noise. Taken as unit

@@ -293,9 +293,19 @@ def check_param_overrides(node: Node, argv: list[str]) -> None:
 
 
 def _same_value(got: object, wanted: object) -> bool:
+    """Whether the node's value `got` is the ``-p`` text's `wanted` (as PyYAML reads it), as rcl
+    reads the text: an empty list leaves the parameter unset (None), and a number PyYAML's YAML 1.1
+    keeps as text (``5e-1``, no dot) is a number to rcl."""
+    if isinstance(wanted, (list, tuple)) and not wanted and got is None:
+        return True
     if isinstance(got, (list, tuple)) and isinstance(wanted, (list, tuple)):
         return len(got) == len(wanted) and all(_same_value(a, b) for a, b in zip(got, wanted))
     numbers = (int, float)
+    if isinstance(got, numbers) and not isinstance(got, bool) and isinstance(wanted, str):
+        try:
+            wanted = float(wanted)
+        except ValueError:
+            return False
     if isinstance(got, numbers) and isinstance(wanted, numbers) and not isinstance(got, bool) \
             and not isinstance(wanted, bool):
         return float(got) == float(wanted) or (got != got and wanted != wanted)  # NaN is NaN here
