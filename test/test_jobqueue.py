@@ -548,3 +548,36 @@ def test_a_done_job_whose_command_changed_is_said_not_run_again(tmp_path: Path, 
     said.clear()
     assert JobQueue([first], tmp_path / "state", poll_s=0.05, log=said.append).run(threading.Event()) == 0
     assert not any("is done, with the command" in line for line in said)
+
+
+def test_a_job_that_leaves_a_process_behind_ends_after_a_grace_period(tmp_path: Path, monkeypatch) -> None:
+    """Waiting for a job's whole group (for `sh -c` children writing a checkpoint) held a queue
+    slot for good when a job left a background process running (a review): without a stop, such a
+    job ends GROUP_GRACE_S after its command, said with the pids left."""
+    from opolo_ros.train import jobqueue
+
+    monkeypatch.setattr(jobqueue, "GROUP_GRACE_S", 0.5)
+    said: list[str] = []
+    bg = Job("bg", ("sh", "-c", "sleep 30 & echo started"))
+    queue = JobQueue([bg], tmp_path / "state", poll_s=0.05, log=said.append)
+    t0 = time.monotonic()
+    try:
+        assert queue.run(threading.Event()) == 0
+        assert time.monotonic() - t0 < 10 and queue.state(bg) == "done"
+        left = [line for line in said if "bg exited with 0; its process group still runs" in line]
+        assert left and "kill -TERM -- -" in left[0], said
+    finally:
+        pgid = int(left[0].split("kill -TERM -- -")[1].split("`")[0]) if left else None
+        if pgid is not None:
+            os.killpg(pgid, signal.SIGTERM)
+
+
+def test_a_command_with_a_newline_is_not_taken_for_a_changed_one(tmp_path: Path) -> None:
+    """The .done file's second line held the command as shell text, which a newline inside a quoted
+    argument (a YAML `|` script) cut: the job was reported changed on every start (a review)."""
+    said: list[str] = []
+    script = Job("ml", ("sh", "-c", "echo a\necho b"))
+    for _ in range(2):
+        queue = JobQueue([script], tmp_path / "state", poll_s=0.05, log=said.append)
+        assert queue.run(threading.Event()) == 0
+    assert not any("is done, with the command" in line for line in said), said

@@ -33,6 +33,7 @@ whatever its `--state-dir`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -48,6 +49,7 @@ from types import FrameType
 from opolo_ros.algo.config import read_yaml
 from opolo_ros.errors import one_line
 
+GROUP_GRACE_S = 5.0  # a job that exited on its own: how long what it started may still run
 NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")  # (fullmatch)  # not ".", "..", a hidden file, > 100
 RESERVED = {"queue"}  # queue.pid is the queue's own
 SHELL_CHARS = set("|&;<>")  # pipes, &&, ;, redirections: shell syntax when not quoted
@@ -183,6 +185,19 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _group_members(pgid: int) -> list[int]:
+    """The pids of process group `pgid` (from /proc)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2:].split()[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return sorted(members)
+
+
 def _job_pid(pid_file: Path) -> int | None:
     """The pid of the job a pid file names while that very process still runs, or while what it
     started does (`sh -c '...'` ended, its child writing a checkpoint); else None (an unreadable or
@@ -226,6 +241,7 @@ class JobQueue:
         self._running: dict[str, tuple[Job, subprocess.Popen]] = {}
         self._signalled: set[str] = set()  # running jobs sent SIGTERM once (a second one aborts them)
         self._told_changed: set[str] = set()  # done jobs whose command changed since, said once
+        self._exited: dict[str, float] = {}  # running jobs whose command exited: since when
 
     def say(self, text: str) -> None:
         """A progress line; if the output is gone (a closed pipe: `| head`, a `| tee` that was
@@ -288,11 +304,12 @@ class JobQueue:
 
     def _finish(self, job: Job, rc: int) -> None:
         """Record how a job ended (its ``.done``: when, and the command that did it)."""
+        self._exited.pop(job.name, None)
         self._file(job, "pid").unlink(missing_ok=True)
         if rc == 0:
             self._file(job, "exit").unlink(missing_ok=True)
             self._file(job, "done").write_text(f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-                                               f"{shlex.join(job.command)}\n")
+                                               f"{json.dumps(list(job.command))}\n")
             self.say(f"queue: {job.name} done")
             return
         self._file(job, "exit").write_text(f"{rc}\n")
@@ -332,12 +349,14 @@ class JobQueue:
             return
         try:
             lines = self._file(job, "done").read_text().splitlines()
-        except OSError:
+            done_with = tuple(json.loads(lines[1])) if len(lines) > 1 else job.command  # (older: a time)
+        except (OSError, ValueError, TypeError):
             return
-        if len(lines) > 1 and lines[1] != shlex.join(job.command):  # (older .done files: a time only)
+        if done_with != job.command:
             self._told_changed.add(job.name)
-            self.say(f"queue: {job.name} is done, with the command {lines[1]}; its command in the file is "
-                     f"now {shlex.join(job.command)}: not run again (give it a new name to run it)")
+            self.say(f"queue: {job.name} is done, with the command {shlex.join(done_with)}; its command "
+                     f"in the file is now {shlex.join(job.command)}: not run again (give it a new name "
+                     "to run it)")
 
     def run(self, stop: threading.Event) -> int:
         """Run every job not done yet; 0 when all are done, 130 when stopped, else 1 (a job failed,
@@ -385,7 +404,7 @@ class JobQueue:
                         signalled.add(name)
             for name, (job, proc) in list(self._running.items()):
                 rc = proc.poll()
-                if rc is not None and not _group_alive(proc.pid):  # what it started has ended too
+                if rc is not None and self._ended(job, proc, rc, stopping=name in signalled):
                     del self._running[name]
                     self._finish(job, rc)
             if not self._running and (stop.is_set() or self._next(tried) is None):
@@ -395,6 +414,20 @@ class JobQueue:
             else:
                 stop.wait(self.poll_s)
 
+    def _ended(self, job: Job, proc: subprocess.Popen, rc: int, stopping: bool) -> bool:
+        """Whether a job whose command exited has ended: once what it started has too. A stopped
+        job's (`sh -c`'s child, writing its checkpoint) is waited for; a job that exited on its own
+        and left a process behind (`cmd &`) ends after GROUP_GRACE_S, said with their pids."""
+        if not _group_alive(proc.pid):
+            return True
+        exited = self._exited.setdefault(job.name, time.monotonic())
+        if stopping or time.monotonic() - exited < GROUP_GRACE_S:
+            return False
+        left = _group_members(proc.pid)
+        self.say(f"queue: {job.name} exited with {rc}; its process group still runs "
+                 f"{', '.join(map(str, left)) or 'processes'} (`kill -TERM -- -{proc.pid}` stops them)")
+        return True
+
     def _abandon(self) -> None:
         """SIGTERM to every running job (once: a second one would abort its checkpoint), wait for each,
         record what can be."""
@@ -403,7 +436,8 @@ class JobQueue:
                 self._signal(proc, signal.SIGTERM)
         for job, proc in list(self._running.values()):
             rc = proc.wait()
-            while _group_alive(proc.pid):  # what it started, writing its checkpoint
+            deadline = time.monotonic() + 60.0  # what it started, writing its checkpoint (bounded:
+            while _group_alive(proc.pid) and time.monotonic() < deadline:  # the queue is failing)
                 time.sleep(self.poll_s)
             try:
                 self._finish(job, rc)
@@ -436,18 +470,19 @@ def check_owner(queue: JobQueue) -> None:
 
 
 def lock_queue_file(source: Path) -> int:
-    """Hold the queue file for this process (an flock on a lock file in the temporary folder named
-    after the file's resolved path, which an editor's rename-on-save leaves alone): a second
-    queue on the same file with another --state-dir ran its jobs a second time beside the first.
-    Returns the lock's file descriptor (closing it releases the lock); ValueError when held."""
+    """Hold the queue file for this process (an flock on ``.<file name>.lock`` beside it, which an
+    editor's rename-on-save leaves alone): a second queue on the same file with another
+    --state-dir ran its jobs a second time beside the first. Returns the lock's file descriptor
+    (closing it releases the lock); ValueError when another queue holds it or it cannot be made."""
     import fcntl
-    import hashlib
-    import tempfile
 
-    resolved = str(source.resolve())
-    digest = hashlib.sha1(resolved.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"opolo-ros-queue-{digest}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    resolved = source.resolve()
+    path = resolved.with_name(f".{resolved.name}.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise ValueError(f"cannot make the queue file's lock {path} ({err.strerror}): the queue file's "
+                         "folder must be writable") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
