@@ -141,7 +141,8 @@ def plot(env_id: str, variants: list[str], seeds: list[int], run_root: str, out_
     groups = {v: files for v, files in groups.items() if files}
     if not groups:
         return None
-    for files in groups.values():  # the logs go next to the plot: it can be drawn again from them
+    copies = {v: [Path(out_dir) / log.parent.name / log.name for log in files] for v, files in groups.items()}
+    for files in groups.values():  # the logs go next to the plot: it is drawn from those copies
         for log in files:
             copy = Path(out_dir) / log.parent.name / log.name
             if copy.resolve() == log.resolve():
@@ -155,7 +156,7 @@ def plot(env_id: str, variants: list[str], seeds: list[int], run_root: str, out_
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(log, copy)
     names = " and ".join({"opolo": "OPOLO", "opolo-x": "OPOLO-x"}[v] for v in groups)
-    return plot_curves(groups, Path(out_dir) / f"{env_id}.png", title=f"{names} on {env_id}",
+    return plot_curves(copies, Path(out_dir) / f"{env_id}.png", title=f"{names} on {env_id}",
                        expert_return=expert_return(task_config(env_id)))
 
 

@@ -1393,4 +1393,5 @@ def test_eval_csv_records_the_scores_baselines_and_a_changed_expert_return_is_sa
     logger.close()
     rows = RunLogger.read_evaluations(old / "eval.csv")
     assert [r["env_step"] for r in rows] == [10, 20] and np.isnan(rows[0]["r_expert"])
+    assert (old / "eval.csv").read_text().splitlines()[1] == "10,1.0,0.0,0.5,3.0,,"  # blank, not "nan"
     assert rows[1]["r_expert"] == 3.0

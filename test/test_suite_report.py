@@ -76,8 +76,19 @@ def test_a_cell_of_fewer_seeds_says_so_and_summaries_take_each_step_once(tmp_pat
     assert suite.step_label(2500) == "2.5k" and suite.step_label(2_000_000) == "2M"
 
 
-def test_a_shorter_log_does_not_replace_a_longer_copy(tmp_path: Path, capsys) -> None:
-    """--plots copies each run's log next to the plot: a run started over replaced a committed 1M log."""
+def test_a_shorter_log_does_not_replace_a_longer_copy(tmp_path: Path, capsys, monkeypatch) -> None:
+    """--plots copies each run's log next to the plot: a run started over replaced a committed 1M log.
+    The plot is drawn from the copies (it was drawn from the shorter log it kept out)."""
+    import opolo_ros.plot
+
+    drawn: list[dict] = []
+    plot_curves = opolo_ros.plot.plot_curves
+
+    def spy(groups, *args, **kwargs):
+        drawn.append(groups)
+        return plot_curves(groups, *args, **kwargs)
+
+    monkeypatch.setattr(opolo_ros.plot, "plot_curves", spy)
     runs, plots = tmp_path / "runs", tmp_path / "plots"
     committed = _log(plots / "InvertedPendulum-v5_opolo_seed0", [(5000, 0.5), (10000, 0.9)]).eval_csv
     before = committed.read_text()
@@ -86,6 +97,7 @@ def test_a_shorter_log_does_not_replace_a_longer_copy(tmp_path: Path, capsys) ->
             "--report", "--run-root", str(runs), "--plots", str(plots)]
     assert suite.main(argv) == 0
     assert "kept: " in capsys.readouterr().err and committed.read_text() == before
+    assert drawn[-1] == {"opolo": [committed]}
     _log(runs / "InvertedPendulum-v5_opolo_seed0", [(10000, 0.95), (15000, 1.0)])  # now longer: copied
     assert suite.main(argv) == 0
     assert committed.read_text() == (runs / "InvertedPendulum-v5_opolo_seed0" / "eval.csv").read_text()

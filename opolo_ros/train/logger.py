@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 from pathlib import Path
 
@@ -17,6 +18,16 @@ def purge_step(resumed_at: int) -> int | None:
     the run after logs it once more. Purging from the step itself would drop that step's other
     scalars for good, which the resumed run does not log again.) None for a fresh run."""
     return resumed_at + 1 if resumed_at else None
+
+
+def _cell(key: str, value: object) -> object:
+    """An eval.csv cell: the step as an integer; an unknown baseline (a row of an older log, a task
+    without a return) blank, as older logs have it."""
+    if key == "env_step":
+        return int(value)  # type: ignore[call-overload]
+    if key in ("r_expert", "r_random") and isinstance(value, float) and math.isnan(value):
+        return ""
+    return value
 
 
 class RunLogger:
@@ -49,7 +60,7 @@ class RunLogger:
             w = csv.DictWriter(f, fieldnames=self.EVAL_FIELDS)
             w.writeheader()
             for r in rows:
-                w.writerow({k: int(r[k]) if k == "env_step" else r.get(k, "") for k in self.EVAL_FIELDS})
+                w.writerow({k: _cell(k, r.get(k, "")) for k in self.EVAL_FIELDS})
         os.replace(tmp, self.eval_csv)
 
     @staticmethod
