@@ -217,7 +217,8 @@ def describe(args: dict) -> list:
     return [
         NodeSpec("demo_player", "demo_player", namespace=ns, parameters={
             **node_parameters(params_file, "demo_player", ns), "demos": cfg.demos,
-            "num_demos": cfg.num_demos, "bag_topic": cfg.demos_topic, "bag_joints": cfg.demos_joints,
+            "num_demos": cfg.num_demos, "env_id": cfg.env_id, "bag_topic": cfg.demos_topic,
+            "bag_joints": cfg.demos_joints,
             "bag_fields": cfg.demos_fields, "episode_gap_s": cfg.demos_episode_gap_s,
             "bag_obs_field": cfg.demos_obs_field}),
         NodeSpec("learner", "learner", namespace=ns, exit_ends_launch=True, parameters={

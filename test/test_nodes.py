@@ -496,6 +496,33 @@ def test_demo_player_reads_a_robot_bag_with_the_task_files_bag_keys(tmp_path, ro
     np.testing.assert_array_equal(episode.obs, want)
 
 
+def test_demo_player_alone_reads_a_joint_state_bag_by_its_tasks_joint_names(tmp_path, ros_domain_id):
+    """Started alone it knew no task and took the first message's order (hinge before slider: a
+    swapped observation). Given `env_id` it reads by the model's joint names as the graph does; a
+    bag without them is refused saying what to give, and a task that does not exist is refused."""
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import JS, SEC, _joint_state, _write_stream
+
+    names = ["base_yaw", "hinge", "slider", "gripper"]
+    msgs = [(SEC + k * 10_000_000, _joint_state(names, [9.0, 0.01 * k, 0.02 * k, 9.0], [9.0, 0.1, 0.2, 9.0]))
+            for k in range(5)]
+    bag = _write_stream(tmp_path / "robot", {"/joint_states": (JS, msgs)})
+
+    def player(**params: object) -> NodeSpec:
+        return NodeSpec("demo_player", "demo_player", parameters={"demos": str(bag), **params})
+
+    with GraphRunner([player(env_id=ENV)], ros_domain_id) as graph:
+        (episode,) = graph.nodes["demo_player"].episodes
+    np.testing.assert_allclose(episode.obs[2], [0.04, 0.02, 0.2, 0.1], rtol=1e-6)  # slider, hinge
+    other = [(SEC + k * 10_000_000, _joint_state(["shoulder", "elbow"], [0.0, 0.1], [0.0, 0.0]))
+             for k in range(5)]
+    bag = _write_stream(tmp_path / "arm", {"/joint_states": (JS, other)})
+    with pytest.raises(ValueError, match=r"read by the model's joint names, slider,hinge: .*bag_joints:="):
+        GraphRunner([player(env_id=ENV)], ros_domain_id)
+    with pytest.raises(ValueError, match=r"parameter 'env_id' 'NoSuchTask-v0'"):
+        GraphRunner([player(env_id="NoSuchTask-v0")], ros_domain_id)
+
+
 class FakeLearner:
     """The learner's side of flow control, by hand: receives replay, publishes progress with the
     acknowledgements the test sets (every 0.1 s unless paused), and answers each observation."""

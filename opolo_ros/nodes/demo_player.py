@@ -13,10 +13,13 @@ from typing import Any
 
 from std_msgs.msg import Float32MultiArray
 
+from opolo_ros.algo.config import RunConfig
 from opolo_ros.data.demos import Episode, load_episodes
+from opolo_ros.errors import one_line
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import DEMONSTRATIONS_DEPTH, qos_for
+from opolo_ros.sim.tasks import demo_joints, env_joint_names, make_task_env
 
 PARAMETERS: dict[str, tuple] = {
     "demos": ("", "rosbag2 bag folder, storage file, folder of bags, or .npz"),
@@ -25,7 +28,9 @@ PARAMETERS: dict[str, tuple] = {
     "bag_topic": ("", "topic to read from the bag; empty = automatic (/opolo/demonstrations, else "
                       "the only state topic)"),
     "bag_joints": ("", "sensor_msgs/JointState bags: joint names in policy order, comma-separated; "
-                       "empty = the first message's order"),
+                       "empty = env_id's model joints, else the first message's order"),
+    "env_id": ("", "the task (Gymnasium id or MJCF file) whose policy the episodes are for: a "
+                   "JointState bag without bag_joints is read by its model's joint names"),
     "bag_fields": ("position,velocity", "sensor_msgs/JointState bags: the fields, in order"),
     "episode_gap_s": (0.5, "observation streams: a gap this long (seconds) starts a new episode"),
     "bag_obs_field": ("", "other message types: the fields that make the observation, "
@@ -42,9 +47,16 @@ class DemoPlayer(FinishableNode):
             raise ParameterError("parameter 'demos' (the bag or .npz to play) is required")
         if count < 0:
             raise ParameterError(f"parameter 'num_demos' must be >= 0, got {count}")
-        episodes = load_episodes(demos, topic=p["bag_topic"], joints=p["bag_joints"],
-                                 fields=p["bag_fields"], episode_gap_s=p["episode_gap_s"],
-                                 obs_field=p["bag_obs_field"])
+        joints = p["bag_joints"] or self._model_joints(p)
+        try:
+            episodes = load_episodes(demos, topic=p["bag_topic"], joints=joints, fields=p["bag_fields"],
+                                     episode_gap_s=p["episode_gap_s"], obs_field=p["bag_obs_field"])
+        except ValueError as err:
+            if joints == p["bag_joints"] or "missing from the JointState" not in str(err):
+                raise
+            raise ValueError(f"{err} (with env_id and no bag_joints a JointState bag is read by the model's "
+                             f"joint names, {joints}: a bag whose joints are named otherwise needs "
+                             "bag_joints:=<its names of those joints, in that order>)") from None
         self.episodes: list[Episode] = episodes[:count] if count else episodes
         if len(self.episodes) > DEMONSTRATIONS_DEPTH:
             self.get_logger().warning(f"{len(self.episodes)} episodes but the topic keeps the last "
@@ -59,6 +71,28 @@ class DemoPlayer(FinishableNode):
                 else f"returns {', '.join(f'{r:.1f}' for r in returns)}")
         self.get_logger().info(f"published {len(self.episodes)} episodes from {demos} on {topic} "
                                f"({said}){note}")
+
+
+    @staticmethod
+    def _model_joints(p: dict[str, Any]) -> str:
+        """The joints a JointState bag is read by for `env_id`'s model (as sim_train's graph and
+        the direct loop read it: ``sim.tasks.demo_joints``); '' without a task, or for a bag that
+        is no JointState of the model's positions and velocities."""
+        import gymnasium as gym
+
+        if not p["env_id"]:
+            return ""
+        try:
+            env = make_task_env(p["env_id"])
+        except (ValueError, OSError, gym.error.Error) as err:  # no such task
+            raise ParameterError(f"parameter 'env_id' {p['env_id']!r}: {one_line(err)}") from None
+        try:
+            cfg = RunConfig(env_id=p["env_id"], demos=p["demos"], demos_topic=p["bag_topic"],
+                            demos_fields=p["bag_fields"], demos_obs_field=p["bag_obs_field"],
+                            time_feature=False)
+            return demo_joints(cfg, env_joint_names(env), int(env.observation_space.shape[0]))
+        finally:
+            env.close()
 
 
 def main(args: list[str] | None = None) -> int:
