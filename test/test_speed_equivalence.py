@@ -251,6 +251,25 @@ def test_loss_graph_falls_back_to_eager_when_compiled_graph_fails():
     assert graph.compiled is None  # eager from now on
 
 
+
+def test_a_compiled_backward_that_fails_part_way_leaves_no_input_gradient():
+    """The simultaneous policy update reads pi(s0)'s gradient from the critic's backward pass: one
+    that failed part-way left a partial gradient there, which the eager retry added to (a review)."""
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    graph = LossGraph(lambda inputs: ((w * inputs[0]).sum(),), compile=False)
+
+    def fails_in_backward(inputs):
+        (5 * inputs[0]).sum().backward()  # a partial gradient reaches the input, then the failure
+        raise RuntimeError("backward failed")
+
+    graph.compiled = fails_in_backward
+    with pytest.warns(RuntimeWarning, match="running it eagerly"):
+        graph.backward(opt, (x,))
+    assert torch.equal(x.grad, torch.ones(3))  # d(w . x)/dx alone
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy_update", ["sequential", "simultaneous"])
 def test_compiled_critic_loss_equals_eager(policy_update):

@@ -55,10 +55,21 @@ class LossGraph:
                 return out
             except Exception as exc:
                 self._give_up(exc)
+                _clear_input_grads(args)  # a backward that failed part-way may have left some
         out = self.fn(*args)
         optimizer.zero_grad(set_to_none=True)
         out[0].backward()
         return out
+
+
+def _clear_input_grads(args: Any) -> None:
+    """Drop the gradients of the input tensors (in tuples and lists too) that require one."""
+    if isinstance(args, torch.Tensor):
+        if args.requires_grad:
+            args.grad = None
+    elif isinstance(args, (tuple, list)):
+        for arg in args:
+            _clear_input_grads(arg)
 
 
 class Checkpointable:

@@ -103,7 +103,7 @@ class OPOLOLearner(Checkpointable):
 
     def critic_loss(self, obs: torch.Tensor, action: torch.Tensor, next_obs: torch.Tensor,
                     mask: torch.Tensor, a_obs: torch.Tensor, a_next: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Critic loss given pi(s) and pi(s'); returns (loss, r, Q(s, a), Q(s0, pi(s0))), the last
         three detached.
 
