@@ -888,20 +888,27 @@ def test_a_checkpoint_that_cannot_be_written_says_so_in_one_line_and_keeps_the_o
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 
 
-def test_a_crashed_runs_journal_is_not_deleted_by_a_restart_without_journal(tmp_path, demos):
-    """journal: false used to delete the journal of a crashed run, and with it the transitions it had
-    acknowledged after its checkpoint; now such a start is refused in one line, the file kept."""
-    from opolo_ros.train.checkpoint import CheckpointError
-
+def crashed_run(tmp_path, demos, after: int):
+    """A TD3 stream run checkpointed after one batch of 10 transitions, then `after` batches more
+    journalled and no checkpoint (a crash): its config and journal file."""
     cfg = small_cfg(tmp_path, demos, "td3", total_steps=10_000)
     rows = np.zeros((10, 4 + 1 + 4 + 3), np.float32)
     crashed = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
     crashed.start(None, resume=True, journal=True, journal_fsync=False)
     crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=0, source=1))
     crashed.save()
-    crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=1, source=1))
-    crashed.close()  # no checkpoint at 20: the journal holds transitions 10..20
-    journal = tmp_path / "run_td3" / "replay_journal.bin"
+    for seq in range(1, after + 1):
+        crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=seq, source=1))
+    crashed.close()
+    return cfg, tmp_path / "run_td3" / "replay_journal.bin"
+
+
+def test_a_crashed_runs_journal_is_not_deleted_by_a_restart_without_journal(tmp_path, demos):
+    """journal: false used to delete the journal of a crashed run, and with it the transitions it had
+    acknowledged after its checkpoint; now such a start is refused in one line, the file kept."""
+    from opolo_ros.train.checkpoint import CheckpointError
+
+    cfg, journal = crashed_run(tmp_path, demos, after=1)  # the journal holds transitions 10..20
     size = journal.stat().st_size
     without = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
     with pytest.raises(CheckpointError, match=r"holds 10 transitions after the checkpoint \(step 10\).*"
@@ -921,16 +928,7 @@ def test_a_damaged_journal_is_not_deleted_by_a_restart_without_journal(tmp_path,
     from opolo_ros.data.journal import HEADER
     from opolo_ros.train.checkpoint import CheckpointError
 
-    cfg = small_cfg(tmp_path, demos, "td3", total_steps=10_000)
-    rows = np.zeros((10, 4 + 1 + 4 + 3), np.float32)
-    crashed = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
-    crashed.start(None, resume=True, journal=True, journal_fsync=False)
-    crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=0, source=1))
-    crashed.save()
-    for seq in (1, 2):
-        crashed.ingest(ReplayBatch.from_rows(rows, crashed.obs_dim, seq=seq, source=1))
-    crashed.close()  # the journal holds transitions 10..20 and 20..30
-    journal = tmp_path / "run_td3" / "replay_journal.bin"
+    cfg, journal = crashed_run(tmp_path, demos, after=2)  # the journal holds 10..20 and 20..30
     data = bytearray(journal.read_bytes())
     data[HEADER.size + 5] ^= 0x40  # one flipped bit in the payload of 10..20
     journal.write_bytes(bytes(data))

@@ -474,24 +474,18 @@ def lock_queue_file(source: Path) -> int:
     editor's rename-on-save leaves alone): a second queue on the same file with another
     --state-dir ran its jobs a second time beside the first. Returns the lock's file descriptor
     (closing it releases the lock); ValueError when another queue holds it or it cannot be made."""
-    import fcntl
+    from opolo_ros.train.runlock import take_lock_file
 
     resolved = source.resolve()
     path = resolved.with_name(f".{resolved.name}.lock")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd, holder = take_lock_file(path, f"pid {os.getpid()}\n")
     except OSError as err:
         raise ValueError(f"cannot make the queue file's lock {path} ({err.strerror}): the queue file's "
                          "folder must be writable") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise ValueError(f"queue file {resolved} is run by another queue ({holder}); one queue per "
-                         "file, whatever its --state-dir") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+    if fd is None:
+        raise ValueError(f"queue file {resolved} is run by another queue ({holder or '?'}); one queue "
+                         "per file, whatever its --state-dir")
     return fd
 
 

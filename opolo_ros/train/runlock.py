@@ -13,6 +13,22 @@ import os
 from pathlib import Path
 
 
+def take_lock_file(path: Path, stamp: str) -> tuple[int | None, str]:
+    """An exclusive flock on `path` (created if need be), `stamp` written into it: (its file
+    descriptor, ''; closing it releases the lock), or (None, the holder's stamp) when another
+    process holds it. OSError when the file cannot be made."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        os.close(fd)
+        return None, holder
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, stamp.encode(), 0)
+    return fd, ""
+
+
 class RunFolderInUse(OSError):
     """Another process trains in this run folder."""
 
@@ -35,16 +51,10 @@ class RunFolderLock:
         except (FileExistsError, NotADirectoryError):
             raise NotADirectoryError(f"{self.label} {self.path.parent} is not a folder (a file of that "
                                      "name, or a file on its path)") from None
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+        fd, owner = take_lock_file(self.path, f"{os.getpid()}\n")
+        if fd is None:
             raise RunFolderInUse(f"{self.label} {self.path.parent} is in use by another {self.holder} "
-                                 f"(pid {owner}); stop it first or choose another folder") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                                 f"(pid {owner[:32] or 'unknown'}); stop it first or choose another folder")
         self._fd = fd
         return self
 
