@@ -793,6 +793,25 @@ def test_an_infinite_policy_output_gets_the_safe_command_not_the_bound(tmp_path,
     assert rig.actor.nonfinite_actions == 1
 
 
+def test_a_first_observation_of_another_size_is_dropped_before_any_policy_runs(tmp_path, ros_domain_id):
+    """A train-mode actor activates its first policy inside the step: the first observation was
+    checked against no policy and went into it, and the size error escaped the callback (the
+    graph ended; a concurrency review). It is dropped and counted as every later one is; so is one
+    checked against a policy that a swap has since replaced."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4, bias=0.1)
+    spec = NodeSpec("actor", "actor", parameters={"mode": "train", "swap_delay": 0, "warmup_steps": 0,
+                                                  "model": str(model), "subscribe_policy": False})
+    with GraphRunner([spec], ros_domain_id) as graph:
+        actor = graph.nodes["actor"]
+        assert actor.current is None and actor._staged  # staged, activated by the first step
+        actor._on_observation(raw_observation([0.0] * 7))
+        assert (actor.rejected_observations, actor.steps) == (1, 0)
+        actor._on_observation(m.observation_to_msg(np.zeros(4, np.float32)))
+        assert actor.current is not None and actor.steps == 1
+        assert actor._run(actor.current, np.zeros(7, np.float32)) is None  # (after a swap)
+        assert actor.rejected_observations == 2 and actor.failed_runs == 0
+
+
 def test_a_non_finite_value_in_any_action_dimension_gets_the_safe_command(tmp_path, ros_domain_id, ros_node):
     """Only the first dimension of an action was tested for NaN/inf by every other test (act_dim 1):
     a check of action[0] alone passed a command whose second value was inf (a mutation test)."""

@@ -389,7 +389,7 @@ class Actor(FinishableNode):
                 source, version = policy.model, policy.version
             if version is not None and version <= self.newest_version and not isinstance(source, str):
                 continue  # an older policy (e.g. a transient-local replay of one already loaded)
-            reference = self.current or (self._staged[-1] if self._staged else None)
+            reference = self._reference()
             obs_dim = (self.obs_dim or (self._spec.obs_dim + self._extra if self._spec is not None else None)
                        or (reference.metadata.obs_dim if reference else None))
             act_dim = self.act_dim or (reference.metadata.act_dim if reference else None)
@@ -410,7 +410,7 @@ class Actor(FinishableNode):
         feature, a JointState spec naming an MJCF policy's joints in another order than its
         metadata's ``joint_names``, or a JointState spec of the wrong size (it must give all
         ``obs_dim`` inputs, the time feature included, unless the clock adds that)."""
-        reference = self.current or (self._staged[-1] if self._staged else None)
+        reference = self._reference()
         task = self.task or (reference.metadata.env_id if reference else None)
         if task not in (None, *ANY_TASK) and not same_task_name(meta.env_id, task):
             given = "parameter 'task' is" if self.task else "the running policy was trained on"
@@ -610,10 +610,18 @@ class Actor(FinishableNode):
         self._rejects_logged[reason] = now
         self.get_logger().warning(f"observation dropped ({self.rejected_observations} so far): {err}{hint}")
 
+    def _reference(self) -> LoadedPolicy | None:
+        """The running policy, else the newest one staged to run (the list read once: the executor
+        thread replaces it as it activates one)."""
+        current, staged = self.current, self._staged
+        return current or (staged[-1] if staged else None)
+
     def _expected_obs_dim(self) -> int | None:
-        """Values an observation message must hold: the model's input less what the clock adds."""
-        current = self.current
-        dim = self.obs_dim or (current.metadata.obs_dim if current else None)
+        """Values an observation message must hold: the model's input less what the clock adds
+        (the staged policy's before the first runs: a train-mode actor activates it in the step
+        itself, and a first observation of another size went unchecked into it)."""
+        reference = self._reference()
+        dim = self.obs_dim or (reference.metadata.obs_dim if reference else None)
         return dim - self._extra if dim else None
 
     def _handle(self, obs: np.ndarray, seq: int | None, start: int) -> None:
@@ -780,7 +788,13 @@ class Actor(FinishableNode):
 
     def _run(self, current: LoadedPolicy, obs: np.ndarray) -> np.ndarray | None:
         """pi(obs), or None (counted, logged) when the model fails on it: a graph whose shapes or
-        indices depend on the input can pass every load-time check and still fail here."""
+        indices depend on the input can pass every load-time check and still fail here. An
+        observation of another size than `current` takes (checked against a policy a swap has since
+        replaced) is dropped as a bad observation."""
+        if obs.shape[0] != current.metadata.obs_dim:
+            self._reject(m.MessageError(f"observation has {obs.shape[0]} values, the policy (version "
+                                        f"{current.version}) takes {current.metadata.obs_dim}"))
+            return None
         try:
             return current.run(obs)
         except PolicyRunError as err:

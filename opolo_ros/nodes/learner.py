@@ -134,6 +134,7 @@ class Learner(FinishableNode):
         self.error: BaseException | None = None
         self.demos: dict[int, Episode] = {}
         self._demos_taken = False  # the worker took its demonstrations: later ones are not used
+        self._demo_lock = threading.Lock()  # the worker's take against a callback's store
         self._demo_last = 0.0
         self._replay_queue: queue.Queue[Float32MultiArray | bytes] = queue.Queue()
         self._received = ReceivedSeqs(lambda source: getattr(self.trainer.acks.get(source), "seq", None))
@@ -199,18 +200,19 @@ class Learner(FinishableNode):
         if earlier is not None and np.array_equal(earlier.obs, episode.obs) \
                 and np.array_equal(earlier.ret, episode.ret, equal_nan=True):
             return  # the same episode again (a transient-local re-delivery): no news
-        if self._demos_taken:  # not kept: a live recorder's stream would fill the memory for nothing
-            self.get_logger().warning(f"demonstration episode {demo.episode} arrived after training "
-                                      "started: not used", throttle_duration_sec=LOG_THROTTLE_S)
-            return
-        if earlier is not None:
-            what = "other states" if not np.array_equal(earlier.obs, episode.obs) else \
-                f"another return ({episode.ret} instead of {earlier.ret})"
-            self.get_logger().warning(
-                f"demonstration episode {demo.episode} received again with {what}: the later one "
-                "replaces it (two demo players on one learner number their episodes alike)")
-        self.demos[demo.episode] = episode
-        self._demo_last = time.monotonic()
+        with self._demo_lock:  # taken by the worker, or kept: never stored after it took them
+            if self._demos_taken:  # not kept: a live recorder's stream would fill the memory for nothing
+                self.get_logger().warning(f"demonstration episode {demo.episode} arrived after training "
+                                          "started: not used", throttle_duration_sec=LOG_THROTTLE_S)
+                return
+            if earlier is not None:
+                what = "other states" if not np.array_equal(earlier.obs, episode.obs) else \
+                    f"another return ({episode.ret} instead of {earlier.ret})"
+                self.get_logger().warning(
+                    f"demonstration episode {demo.episode} received again with {what}: the later one "
+                    "replaces it (two demo players on one learner number their episodes alike)")
+            self.demos[demo.episode] = episode
+            self._demo_last = time.monotonic()
 
     def _reject_demo(self, err: ValueError) -> None:
         self.rejected["demonstration"] += 1
@@ -289,8 +291,9 @@ class Learner(FinishableNode):
             n = len(self.demos)
             settled = n > 0 and time.monotonic() - self._demo_last > self.params["demo_settle_s"]
             if n >= want or settled:
-                episodes = [self.demos[k] for k in sorted(self.demos)][: self.cfg.num_demos or None]
-                self._demos_taken = True
+                with self._demo_lock:
+                    episodes = [self.demos[k] for k in sorted(self.demos)][: self.cfg.num_demos or None]
+                    self._demos_taken = True
                 if len(episodes) < want < math.inf:
                     rejected = self.rejected["demonstration"]
                     self.get_logger().warning(f"only {len(episodes)} of num_demos={want} demonstrations "
@@ -396,11 +399,11 @@ class Learner(FinishableNode):
     # ------------------------------------------------------------------ outputs
     def _publish_progress(self) -> None:
         t = self.trainer
-        progress = m.LearnerProgress(t.learner.critic_steps, t.step, dict(t.acks), self._received.snapshot())
-        msg = m.progress_to_msg(progress)
-        with self._progress_lock:
+        with self._progress_lock:  # the received snapshot too: a republish between could show newer
+            progress = m.LearnerProgress(t.learner.critic_steps, t.step, dict(t.acks),
+                                         self._received.snapshot())
             self._progress = progress
-            self.progress_pub.publish(msg)
+            self.progress_pub.publish(m.progress_to_msg(progress))
 
     def _publish_policy(self, path: Path, version: int) -> None:
         self.policy_pub.publish(m.policy_to_msg(path.read_bytes(), version))
