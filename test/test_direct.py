@@ -1392,4 +1392,26 @@ def test_eval_csv_records_the_scores_baselines_and_a_changed_expert_return_is_sa
     rows = RunLogger.read_evaluations(old / "eval.csv")
     assert [r["env_step"] for r in rows] == [10, 20] and np.isnan(rows[0]["r_expert"])
     assert (old / "eval.csv").read_text().splitlines()[1] == "10,1.0,0.0,0.5,3.0,,"  # blank, not "nan"
+    from opolo_ros.train.checkpoint import expert_return_note
+
+    assert expert_return_note({}, 80.0) == ""  # an older checkpoint, without the value: no warning
+    assert expert_return_note({"expert_return": 80.0}, 80.0) == ""
     assert rows[1]["r_expert"] == 3.0
+
+
+def test_a_run_whose_length_is_no_multiple_of_eval_every_ends_with_an_evaluation(tmp_path, demos):
+    """The learner node's trainer evaluates once more at its last step when that step had none: a
+    mutation that skipped it survived (the result reported the 100-step return for a 150-step run)."""
+    from opolo_ros.train.logger import RunLogger
+
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=150, eval_every=100)
+    stream = StreamTrainer(cfg, policy_every=10**6, hooks=quiet_hooks())
+    stream.start(None, resume=False, journal=False, journal_fsync=False)
+    stream.ingest(ReplayBatch.from_rows(np.zeros((150, 4 + 1 + 4 + 3), np.float32), stream.obs_dim, seq=0,
+                                        source=1))
+    assert stream.done
+    result = stream.finish()
+    stream.close()
+    rows = RunLogger.read_evaluations(tmp_path / "run_td3" / "eval.csv")
+    assert [r["env_step"] for r in rows] == [100, 150]
+    assert result.env_steps == 150

@@ -126,3 +126,27 @@ def test_received_seqs_report_what_came_with_everything_before_it():
     assert seen.snapshot() == {1: 32, 2: 8}
     seen.add(2, 0)  # that bridge restarted without a learner to go on from: a new count
     assert seen.snapshot()[2] == 7  # (never below the acknowledgement until it is taken)
+
+
+def test_received_edges_a_restart_after_one_batch_a_rejected_newest_and_one_gap_counted_once():
+    """Survivors of a mutation spot check: a bridge that restarts after exactly one batch counts
+    anew; rejecting the newest received batch un-counts it; batches after one gap are one gap."""
+    from opolo_ros.train.reorder import ReceivedSeqs
+
+    seen = ReceivedSeqs({1: 0}.get)
+    seen.add(1, 1)
+    assert seen.snapshot() == {1: 1}
+    seen.add(1, 0)  # restarted: its batch 1 is not the old batch 1
+    assert seen.snapshot() == {1: 0}
+    seen = ReceivedSeqs({1: 4}.get)
+    seen.add(1, 5)
+    seen.add(1, 6)
+    seen.reject(1, 6)
+    assert seen.snapshot() == {1: 5}
+
+    reorder, clock = buffer({7: 64})
+    reorder.push(batch(67))
+    reorder.push(batch(68))
+    clock.t = 100.0
+    assert [(b.seq, list(missing)) for b, missing in reorder.expired()] == [(67, [65, 66]), (68, [])]
+    assert reorder.gaps == 1

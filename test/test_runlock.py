@@ -60,3 +60,35 @@ def test_trainers_refuse_a_run_folder_in_use_before_touching_it(tmp_path: Path) 
     finally:
         lock.release()
     assert DirectTrainer(cfg).train().env_steps == cfg.total_steps  # free again: trains
+
+
+def test_lock_file_says_this_process_and_a_second_acquire_is_a_no_op(tmp_path: Path) -> None:
+    """Survivors of a mutation spot check: a longer pid left in the file by an earlier holder stayed
+    behind the new one (the error named a wrong pid); acquire twice on one lock refused itself."""
+    (tmp_path / ".lock").write_text("123456789\n")
+    lock = RunFolderLock(tmp_path).acquire()
+    try:
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
+        assert lock.acquire() is lock
+    finally:
+        lock.release()
+
+
+def test_previous_runs_and_kept_configs_are_never_overwritten_within_one_second(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """A third start-over (or resume at one step) within the same second: the numbered names go on."""
+    from opolo_ros.train import runfolder
+
+    monkeypatch.setattr(runfolder.time, "strftime", lambda *_: "20261128-120000")
+    moved = []
+    for k in range(3):
+        (tmp_path / "config.yaml").write_text(f"run: {k}\n")
+        moved.append(runfolder.set_aside_previous_run(tmp_path))
+    assert len(set(moved)) == 3 and [(p / "config.yaml").read_text() for p in moved] == [
+        f"run: {k}\n" for k in range(3)]
+    run = tmp_path / "resumed"
+    run.mkdir()
+    for k in range(4):
+        runfolder.write_run_config(run, {"lr": k}, step=100)
+    kept = sorted(p.name for p in run.glob("config-until-step100*.yaml"))
+    assert kept == ["config-until-step100-1.yaml", "config-until-step100-2.yaml", "config-until-step100.yaml"]
