@@ -815,6 +815,26 @@ def test_learner_with_num_demos_0_trains_on_every_episode_the_player_sends(tmp_p
         assert learner.trainer.expert_return == pytest.approx(2.5)  # the mean of returns 0..5
 
 
+@pytest.mark.parametrize("num_demos,sent,settle,starts", [(2, 2, 1e6, True), (0, 1, 5.0, False)],
+                         ids=["exactly num_demos: at once", "num_demos 0: waits for the settle time"])
+def test_the_learner_takes_its_demonstrations_when_they_are_all_there_or_settled(tmp_path, ros_domain_id,
+                                                                                   num_demos, sent, settle,
+                                                                                   starts):
+    """Survivors of a mutation spot check: exactly num_demos episodes waited the whole settle time
+    (`>` for `>=`), and without the time of the last arrival the settle time counted from 0, so
+    num_demos 0 trained on the first episode to arrive."""
+    spec = NodeSpec("learner", "learner", parameters={"env_id": ENV, "run_dir": str(tmp_path / "run"),
+                                                      "progress": False, "num_demos": num_demos,
+                                                      "demo_settle_s": settle})
+    rng = np.random.default_rng(0)
+    with GraphRunner([spec], ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        for k in range(sent):
+            learner._on_demo(m.demonstration_to_msg(rng.normal(0, 0.1, (20, 4)).astype(np.float32), 1.0, k))
+        taken = graph.spin_until(learner.run_folder_taken.is_set, timeout_s=10.0 if starts else 1.5)
+        assert taken is starts
+
+
 def test_record_expert_with_an_expert_that_always_falls_ends_as_an_error(tmp_path, ros_domain_id, capfd):
     """skip_terminated from the parameter file (the launch argument left empty keeps it): after
     max_tries falls the recording ends, as an error naming the recorder, with no bag. Before, the
