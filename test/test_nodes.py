@@ -564,6 +564,40 @@ def flow_bridge(**parameters: object) -> NodeSpec:
         **parameters})
 
 
+def test_bridge_units_truncation_flag_due_version_duplicate_guard_and_stall_clock(ros_domain_id):
+    """Survivors of a mutation spot check, on the bridge's own methods: a time-limit end stored as
+    terminal (wrong TD targets); the policy due at exactly `policy_every` transitions past
+    `max_ahead`; a late duplicate answer to a re-published observation stepping the sim twice; a
+    first batch after a long idle time counted as stalled at once (and re-sent)."""
+    spec = flow_bridge(max_ahead=0, replay_batch=100, max_episode_steps=5, policy_every=1000)
+    with GraphRunner([spec], ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        flushed: list[np.ndarray] = []
+        flush = bridge._flush
+        bridge._flush = lambda: (flushed.append(np.stack(bridge._pending)), flush())
+        for _ in range(5):
+            bridge._step(np.zeros(1))
+        rows = np.concatenate(flushed) if flushed else np.stack(bridge._pending)
+        assert rows[:, -2].tolist() == [0.0] * 5 and rows[:, -1].tolist() == [0.0] * 4 + [1.0]
+
+        bridge.sent = 1000
+        assert bridge.due_version() == 1000
+
+        steps = bridge.steps
+        bridge._waiting_action, bridge._step_republished = True, True
+        bridge._on_action(m.action_to_msg([0.1]))
+        bridge._waiting_action = True  # the re-published observation's second answer, the same
+        bridge._on_action(m.action_to_msg([0.1]))
+        assert bridge.steps == steps + 1
+
+        bridge._unacked.clear()
+        bridge._pending.clear()
+        bridge._last_ack_move = time.monotonic() - 100.0  # a long idle time with nothing unacknowledged
+        bridge._step(np.zeros(1))
+        bridge._flush()
+        assert bridge._unacked and not bridge._stalled(time.monotonic())
+
+
 def test_bridge_resends_a_batch_the_learner_never_got(ros_domain_id, ros_node):
     """A learner that keeps announcing itself but never acknowledges a batch (it was published
     before DDS matched the restarted learner's subscription): after ``learner_timeout_s`` the
