@@ -1415,3 +1415,26 @@ def test_a_run_whose_length_is_no_multiple_of_eval_every_ends_with_an_evaluation
     rows = RunLogger.read_evaluations(tmp_path / "run_td3" / "eval.csv")
     assert [r["env_step"] for r in rows] == [100, 150]
     assert result.env_steps == 150
+
+
+def test_progress_acknowledges_a_batch_only_after_its_journal_record_is_synced(tmp_path, demos):
+    """With journal_fsync a power cut must not lose an acknowledged transition: the sync comes
+    before the progress that acknowledges it (a mutation that skipped it survived)."""
+    order: list[str] = []
+    hooks = StreamHooks(lambda path, version: None, lambda: order.append("progress"), logging.getLogger("s"))
+    stream = StreamTrainer(small_cfg(tmp_path, demos, "td3", total_steps=10_000), policy_every=10**6,
+                           hooks=hooks)
+    stream.start(None, resume=False, journal=True, journal_fsync=True)
+    journal = stream.journal
+    sync, append = journal.sync, journal.append
+    journal.sync = lambda: (order.append("sync"), sync())[1]
+    # append's own sync waits for the record before: this one's fsync may still run when it returns
+    journal.append = lambda record: (append(record), order.append("appended"))[0]
+    for seq in range(2):
+        stream.ingest(ReplayBatch.from_rows(np.zeros((10, 4 + 1 + 4 + 3), np.float32), stream.obs_dim,
+                                            seq=seq, source=1))
+    stream.close()
+    assert order.count("progress") == 2
+    for k in (k for k, step in enumerate(order) if step == "progress"):
+        last_append = max(j for j in range(k) if order[j] == "appended")
+        assert "sync" in order[last_append + 1:k], order
