@@ -869,6 +869,35 @@ def test_the_learner_takes_its_demonstrations_when_they_are_all_there_or_settled
         assert taken is starts
 
 
+def test_the_learner_warns_of_a_second_source_only_and_a_refused_batch_is_not_held(tmp_path, ros_domain_id,
+                                                                                    capfd):
+    """Survivors of a mutation spot check: the several-bridges warning came with the first source of
+    every run; and a batch told as received, then refused (actions out of bounds), stayed counted
+    as held, so its bridge would never send it again."""
+    spec = NodeSpec("learner", "learner", parameters={"env_id": ENV, "run_dir": str(tmp_path / "run"),
+                                                      "progress": False, "num_demos": 100,
+                                                      "demo_settle_s": 1e6})
+    rows, flags = np.zeros((2, 4)), np.zeros(2)
+
+    def batch(seq: int, source: int, action: float = 0.0):
+        return m.replay_to_msg(rows, np.full((2, 1), action), rows, flags, flags, flags, seq=seq,
+                               source=source)
+
+    with GraphRunner([spec], ros_domain_id) as graph:
+        learner = graph.nodes["learner"]
+        learner.trainer.acks[5] = m.SourceAck(0, 2)
+        assert learner.take(batch(7, 5)) is not None
+        graph.spin_until(lambda: False, timeout_s=0.2)
+        assert "several bridges feed this learner" not in capfd.readouterr().err
+        assert learner.take(batch(7, 6)) is not None
+        graph.spin_until(lambda: False, timeout_s=0.2)
+        assert "several bridges feed this learner" in capfd.readouterr().err
+        learner._on_replay(batch(1, 5, action=50.0))  # told as received as it comes ...
+        assert learner._received.snapshot()[5] == 1
+        assert learner.take(batch(1, 5, action=50.0)) is None  # ... then refused: not held
+        assert learner._received.snapshot()[5] == 0
+
+
 def test_record_expert_with_an_expert_that_always_falls_ends_as_an_error(tmp_path, ros_domain_id, capfd):
     """skip_terminated from the parameter file (the launch argument left empty keeps it): after
     max_tries falls the recording ends, as an error naming the recorder, with no bag. Before, the
