@@ -597,6 +597,12 @@ def test_bridge_units_truncation_flag_due_version_duplicate_guard_and_stall_cloc
         bridge._flush()
         assert bridge._unacked and not bridge._stalled(time.monotonic())
 
+        msg = bridge._unacked[0][1]  # a re-send skips what the learner says it holds, the newest of them too
+        bridge._unacked.clear()
+        bridge._unacked.extend([(3, msg, 1), (4, msg, 1), (5, msg, 1)])
+        bridge._learner_has = 4
+        assert bridge._resend() == 1
+
 
 def test_bridge_resends_a_batch_the_learner_never_got(ros_domain_id, ros_node):
     """A learner that keeps announcing itself but never acknowledges a batch (it was published
