@@ -80,8 +80,10 @@ class DemoPlayer(FinishableNode):
         is no JointState of the model's positions and velocities."""
         import gymnasium as gym
 
-        if not p["env_id"]:
-            return ""
+        from opolo_ros.data.bags import JOINT_STATE, demonstration_type
+
+        if not p["env_id"] or demonstration_type(p["demos"], p["bag_topic"] or None) != JOINT_STATE:
+            return ""  # (no task to make for the project's own layout or an array stream)
         try:
             env = make_task_env(p["env_id"])
         except (ValueError, OSError, gym.error.Error) as err:  # no such task
