@@ -620,7 +620,8 @@ class Actor(FinishableNode):
         """Values an observation message must hold: the model's input less what the clock adds
         (the staged policy's before the first runs: a train-mode actor activates it in the step
         itself, and a first observation of another size went unchecked into it)."""
-        reference = self._reference()
+        current = self.current  # (the control path: the staged list only before a first policy)
+        reference = current if current is not None else self._reference()
         dim = self.obs_dim or (reference.metadata.obs_dim if reference else None)
         return dim - self._extra if dim else None
 
