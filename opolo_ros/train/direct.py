@@ -120,8 +120,8 @@ def demos_read_by(cfg: RunConfig, joints: Sequence[str], obs_dim: int) -> RunCon
     return dataclasses.replace(cfg, demos_joints=",".join(joints))
 
 
-def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
-                joints: Sequence[str] = ()) -> tuple[list[Episode], ExpertDataset | None]:
+def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int, joints: Sequence[str] = (),
+                read: RunConfig | None = None) -> tuple[list[Episode], ExpertDataset | None]:
     """The run's demonstrations (OPOLO; none for TD3) and the (s, s') data over them, checked against
     the environment's `obs_dim` (a ValueError naming both for another task's demonstrations) and,
     for a JointState bag, ``demos_joints`` against the order of the model's `joints`; without
@@ -129,7 +129,7 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int,
     if cfg.algo == "opolo" and cfg.demos_joints:
         check_joint_order(split_names(cfg.demos_joints), joints,
                           Path(cfg.env_id).name if is_mjcf(cfg.env_id) else cfg.env_id)
-    read = demos_read_by(cfg, joints, obs_dim)
+    read = read or demos_read_by(cfg, joints, obs_dim)  # (given: the caller's, read once)
     by_model = read is not cfg
     try:
         demos = prepare_demos(read, max_steps) if cfg.algo == "opolo" else []
@@ -324,8 +324,9 @@ class DirectTrainer:
         self.scaler = ActionScaler.from_space(self.env.action_space)
         self.control_period = control_period(self.env)  # the exported policies' control_period_s
         joints = env_joint_names(self.env)
-        self.demos, experts = expert_data(cfg, obs_dim, self.max_steps, joints)
-        self.cfg = cfg = demos_read_by(cfg, joints, obs_dim)
+        read = demos_read_by(cfg, joints, obs_dim)  # the config.yaml records the joints read by
+        self.demos, experts = expert_data(cfg, obs_dim, self.max_steps, joints, read)
+        self.cfg = cfg = read
         self.learner = make_learner(cfg, obs_dim, act_dim)
         self.schedule = make_schedule(cfg)
         replay = ReplayBuffer(obs_dim, act_dim, min(cfg.schedule.buffer_size, max(cfg.total_steps, 1)),
