@@ -1019,7 +1019,8 @@ def test_an_actor_restarted_with_its_learner_counts_on_with_new_noise(tmp_path, 
 def test_bridge_ignores_an_overtaken_progress_message(ros_domain_id):
     """The learner's timer could publish an older progress message after the worker's newer one:
     taken as a learner that started over, it made the bridge under-count `sent` for good (a review
-    found it). A lower count with an older batch is stale; with a newer batch, a new count."""
+    found it). A lower count with an older batch is stale; with a newer batch, a new count, on which
+    what is still in flight (batches after the acknowledged one, rows not yet sent) is counted."""
     with GraphRunner([flow_bridge(max_ahead=100, replay_batch=10)], ros_domain_id) as graph:
         bridge = graph.nodes["sim_bridge"]
         for _ in range(30):
@@ -1036,10 +1037,10 @@ def test_bridge_ignores_an_overtaken_progress_message(ros_domain_id):
         assert (bridge.sent, bridge.acked) == (30, 20)
         bridge._on_progress(progress(2, 30))
         assert (bridge.sent, bridge.acked, len(bridge._unacked)) == (30, 30, 0)
-        for _ in range(20):
+        for _ in range(25):  # batches 3 and 4 sent, 5 rows not yet in a batch
             bridge._step(np.zeros(1))
-        bridge._on_progress(progress(4, 10))  # batch 4 as a new learner's first: its count from there
-        assert (bridge.sent, bridge.acked) == (10, 10)
+        bridge._on_progress(progress(3, 10))  # batch 3 as a new learner's first: its count from there,
+        assert (bridge.sent, bridge.acked) == (10 + 10 + 5, 10)  # plus batch 4 and the pending rows
 
 
 def test_a_learner_back_with_an_older_acknowledgement_gets_what_it_lacks(ros_domain_id):
