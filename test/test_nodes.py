@@ -1093,6 +1093,7 @@ def test_a_real_time_bridge_told_to_wait_for_its_controller_steps_only_once_matc
                                        qos_profile_sensor_data)  # best effort, as the bridge publishes
         assert spin_until([graph.executor, controller_executor], lambda: bridge.steps > 5 and len(seen) > 5,
                           timeout_sec=20.0), bridge.steps
+        assert bridge.held == 0  # no command yet: nothing held, nothing missed
     # the controller sees the initial state before the first step (the first published was s_1)
     np.testing.assert_array_equal(seen[0], initial.astype(np.float32))
 
