@@ -786,6 +786,27 @@ def test_a_resume_under_changed_values_keeps_the_config_it_ran_under(tmp_path, d
     assert yaml.safe_load((stream_dir / "config-until-step100.yaml").read_text())["eval_episodes"] == 1
 
 
+def test_a_finished_learner_journals_no_batch_it_will_not_consume(tmp_path, demos):
+    """A batch that comes after the run's end is neither consumed nor journalled: a journal record
+    of it would be consumed by a resume with a larger total_steps, and its bridge, never
+    acknowledged, sends it again."""
+    from opolo_ros.data.journal import read_records
+
+    cfg = small_cfg(tmp_path, demos, "td3", total_steps=100)
+    stream_cfg = load_run_config(None, {**to_dict(cfg), "run_dir": str(tmp_path / "stream")})
+    stream = StreamTrainer(stream_cfg, policy_every=100, hooks=quiet_hooks())
+    stream.start(None, resume=False, journal=True, journal_fsync=False)
+    rows = np.zeros((120, 4 + 1 + 4 + 3), np.float32)
+    stream.ingest(ReplayBatch.from_rows(rows, stream.obs_dim, seq=0, source=1))
+    assert stream.done and stream.step == 100
+    stream.ingest(ReplayBatch.from_rows(rows, stream.obs_dim, seq=1, source=1))
+    stream.sync_journal()
+    assert [r.seq for r in read_records(stream.journal_path)[0]] == [0]
+    assert stream.acks[1].seq == 0 and stream.step == 100
+    stream.finish()
+    stream.close()
+
+
 def test_a_stop_while_a_restarted_learner_catches_up_publishes_no_older_acknowledgement(tmp_path, demos):
     """Learner A acknowledged 5 batches (50 transitions) with a checkpoint at 20, then crashed. B
     resumes and is stopped before, or in the middle of, the journal's replay: before, B published
