@@ -1187,6 +1187,25 @@ def test_a_p_that_did_not_reach_the_node_is_refused_before_the_node_acts(tmp_pat
     assert "-p topic:=/mine did not reach the node" in err and "published" not in err, err
 
 
+@pytest.mark.parametrize("value, message", [
+    ("233", "ROS_DOMAIN_ID must be in [0, 232], got 233"),
+    ("-1", "ROS_DOMAIN_ID must be in [0, 232], got -1"),
+    ("abc", "ROS_DOMAIN_ID must be an integer domain id, got 'abc'"),
+])
+def test_a_node_program_refuses_a_bad_ros_domain_id_in_one_line(monkeypatch, capfd, value, message):
+    """A walkthrough with ROS_DOMAIN_ID=235: `opolo-ros launch` refused it in one line (status 2),
+    but the node programs (and `opolo-ros record-topics`) printed Fast DDS's colored port error and
+    exited 1, and with -1 rcl put them on domain 0 without a word."""
+    from opolo_ros.nodes.common import run_node
+    from opolo_ros.nodes.demo_player import DemoPlayer
+
+    monkeypatch.setenv("ROS_DOMAIN_ID", value)
+    demos = ROOT / "models" / "demos" / "InvertedPendulum-v5"
+    assert run_node(DemoPlayer, ["demo_player", "--ros-args", "-p", f"demos:={demos}"]) == 2
+    err = capfd.readouterr().err
+    assert err.strip() == f"demo_player: error: {message}", err
+
+
 def test_p_values_rcl_reads_otherwise_than_pyyaml_are_not_refused():
     """PyYAML (YAML 1.1) keeps `5e-1` as text and rcl reads it as 0.5; rcl leaves `-p topics:=[]`
     unset. Checked at each declaration, these were refused as "did not reach the node" (a review;

@@ -46,7 +46,7 @@ from rclpy.node import Node
 
 from opolo_ros.algo.config import NAME_LISTS, names_text
 from opolo_ros.errors import one_line
-from opolo_ros.ros.runtime import log_lines_over_progress_bars
+from opolo_ros.ros.runtime import log_lines_over_progress_bars, resolve_domain_id
 from opolo_ros.signals import hold_signals, stop_on_signals
 
 ParamValue = bool | int | float | str | list
@@ -360,6 +360,9 @@ def run_node(factory: NodeFactory, args: list[str] | None = None) -> int:
     with stop_on_signals(stop):
         try:
             check_params_files(argv, default_node_name(factory))
+            # ROS_DOMAIN_ID as `opolo-ros launch` checks it: above 232 Fast DDS printed a colored
+            # port error and the program exited 1; -1 (rcl: "the default") ran on domain 0
+            resolve_domain_id()
             log_lines_over_progress_bars()
             rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
             with _checking_overrides(argv):
