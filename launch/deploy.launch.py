@@ -144,6 +144,33 @@ def _gymnasium_rate(env_id: str) -> float | None:
     return None if period is None else round(1.0 / period, 9)
 
 
+def _check_gymnasium_joint_order(joints: list[str], model: str) -> None:
+    """A policy of a Gymnasium task carries no ``joint_names`` (an MJCF policy's, which the actor
+    checks): `joints` that name the task model's own joints in another order than its observation's
+    (joints:=hinge,slider for InvertedPendulum) fed the policy swapped values without a word, where
+    training refuses such ``demos_joints``. Names the model does not have (a real robot's) pass."""
+    try:
+        meta = load_policy(model).metadata
+    except PolicyLoadError:
+        return  # the actor refuses it with its own error
+    if meta.joint_names or is_mjcf(meta.env_id):
+        return  # the actor checks these against the metadata
+    from opolo_ros.sim.tasks import env_joint_names, make_task_env
+
+    try:
+        env = make_task_env(meta.env_id)
+    except Exception:  # an id this Gymnasium does not know: nothing to compare with
+        return
+    try:
+        names = list(env_joint_names(env))
+    finally:
+        env.close()
+    if sorted(joints) == sorted(names) and joints != names:
+        raise ValueError(f"joints {','.join(joints)} name the joints of {meta.env_id} (the policy "
+                         f"{model}) in another order than its observation's, {','.join(names)}: give "
+                         "joints in the policy's order")
+
+
 def _given(args: dict) -> dict:
     """The arguments the user set (of those that default to the params file), as typed values."""
     out: dict = {}
@@ -181,6 +208,8 @@ def describe(args: dict) -> list:
     joints = [j.strip() for j in args["joints"].split(",") if j.strip()]
     if joints:
         parameters["joints"] = joints
+    if parameters.get("joints"):
+        _check_gymnasium_joint_order(list(parameters["joints"]), model)
     # relative: in a namespace the robot's own (/robot1/joint_states), else /joint_states
     state = args["observation_topic"] or ("joint_states" if parameters.get("joints") else "observation")
     remappings = [("observation", state), ("action", args["action_topic"])]

@@ -9,6 +9,8 @@ publishes each on ``/opolo/demonstrations`` and writes the bag (MCAP by default)
 launch (``on_exit=Shutdown()``).
 """
 
+from pathlib import Path
+
 from opolo_ros.data.bags import STORAGES
 from opolo_ros.launch_runner import (
     LaunchArg,
@@ -58,8 +60,18 @@ def describe(args: dict) -> list:
     if args["storage"] not in STORAGES:
         raise ValueError(f"launch argument 'storage': one of {', '.join(STORAGES)}, got {args['storage']!r}")
     params_file = resolve_path(args["params_file"]) or task_params_file(env)
-    model = resolve_path(args["model"]) or str(package_path("models", "experts", f"{env}.onnx"))
     output = args["output"] or f"demos/{env}_seed{seed}"
+    if Path(output).exists():  # here, before the nodes start (the recorder refused it only once they ran)
+        raise FileExistsError(f"{output} already exists; refusing to overwrite a bag (choose another "
+                              "output:= or remove it)")
+    model = resolve_path(args["model"])
+    if not model:
+        shipped = package_path("models", "experts", f"{env}.onnx")
+        if not shipped.is_file():  # a typo in env:= named the missing file, not the task
+            experts = sorted(f.stem for f in shipped.parent.glob("*.onnx"))
+            raise FileNotFoundError(f"no shipped expert for env {env!r} (models/experts has: "
+                                    f"{', '.join(experts)}); give the expert's file with model:=")
+        model = str(shipped)
     from opolo_ros.export.onnx_policy import load_policy
     from opolo_ros.sim.envs import check_policy_fits
 

@@ -169,6 +169,35 @@ def test_typed_launch_arguments_name_the_argument_they_refuse(tmp_path, name, ar
         lr.describe_launch(name, [*args, *extra.get(name, [])])
 
 
+def test_record_expert_refuses_an_existing_output_and_a_task_without_an_expert_before_nodes_start(tmp_path):
+    """A walkthrough: an existing output:= was refused by the recorder only after the bridge and the
+    actor had started (one line, but after their start-up lines), and env:=Hoper-v5 (a typo) said
+    'models/experts/Hoper-v5.onnx: policy file not found', as if the model path were wrong."""
+    (tmp_path / "bag").mkdir()
+    with pytest.raises(FileExistsError, match=r"bag already exists; refusing to overwrite a bag"):
+        lr.describe_launch("record_expert", [f"output:={tmp_path / 'bag'}"])
+    for env in ("Hoper-v5", "InvertedDoublePendulum-v5"):
+        with pytest.raises(FileNotFoundError, match=rf"no shipped expert for env '{env}' \(models/experts "
+                                                    r"has: .*InvertedPendulum-v5.*\); give .* model:="):
+            lr.describe_launch("record_expert", [f"env:={env}", f"output:={tmp_path / 'new'}"])
+    assert not (tmp_path / "new").exists()
+
+
+def test_deploy_refuses_a_gymnasium_policys_own_joints_in_another_order(tmp_path):
+    """`joints:=hinge,slider` with the shipped InvertedPendulum expert started, feeding it the hinge
+    as the cart position (a walkthrough): only an MJCF policy's `joint_names` were checked, while
+    training refuses such `demos_joints` for Gymnasium tasks too. A robot's own names still pass."""
+    swapped = tmp_path / "swapped.yaml"
+    swapped.write_text(yaml.safe_dump({"actor": {"ros__parameters": {"joints": ["hinge", "slider"]}}}))
+    for given in (["joints:=hinge,slider"], [f"params_file:={swapped}"]):
+        with pytest.raises(ValueError, match=r"joints hinge,slider name the joints of InvertedPendulum-v5 .* "
+                                             r"another order than its observation's, slider,hinge"):
+            lr.describe_launch("deploy", [f"model:={EXPERT}", *given])
+    for joints in ("slider,hinge", "cart,pole"):
+        spec = lr.describe_launch("deploy", [f"model:={EXPERT}", f"joints:={joints}"])[2][0]
+        assert spec.parameters["joints"] == joints.split(",")
+
+
 def test_sim_train_on_an_mjcf_model_without_demos_says_it_needs_them(tmp_path):
     with pytest.raises(ValueError, match=r"an MJCF task \(.*robot.xml\) needs demonstrations: demos:="):
         lr.describe_launch("sim_train", [f"env:={tmp_path / 'robot.xml'}", f"run_dir:={tmp_path / 'run'}"])
