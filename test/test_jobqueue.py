@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opolo_ros.train.jobqueue import Job, JobQueue, last_progress, load_queue
+from opolo_ros.train.jobqueue import Job, JobQueue, clipped, last_progress, load_queue
 
 OPOLO_ROS = str(Path(sys.executable).parent / "opolo-ros")
 
@@ -581,3 +581,14 @@ def test_a_command_with_a_newline_is_not_taken_for_a_changed_one(tmp_path: Path)
         queue = JobQueue([script], tmp_path / "state", poll_s=0.05, log=said.append)
         assert queue.run(threading.Event()) == 0
     assert not any("is done, with the command" in line for line in said), said
+
+
+def test_status_marks_a_progress_line_it_cuts(tmp_path: Path) -> None:
+    """A long last line (`opolo-ros train: interrupted: stopped at env step 1000; checkpoint ...`)
+    showed as "v step 1000; checkpoint ...": cut mid-word, unmarked."""
+    line = "opolo-ros train: interrupted: stopped at env step 1000; checkpoint " + "x" * 80
+    assert clipped("short") == "short" and clipped(line) == "..." + line[-97:] and len(clipped(line)) == 100
+    queue = JobQueue([Job("pend", ("true",))], tmp_path / "state", log=lambda _: None)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "pend.log").write_text(f"bar 10%\rbar 40%\r\n{line}\n")
+    assert queue.status_lines()[0].endswith("  ..." + line[-97:])

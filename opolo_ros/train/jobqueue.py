@@ -224,6 +224,12 @@ def last_progress(log: Path, max_bytes: int = 4096) -> str:
     return parts[-1] if parts else ""
 
 
+def clipped(text: str, width: int = 100) -> str:
+    """The end of a long progress line, marked as cut: ``[-100:]`` began "v step 1000; checkpoint
+    ..." mid-word, which read as the job's own words (a walkthrough)."""
+    return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
 class JobQueue:
     def __init__(self, jobs: list[Job], state_dir: str | Path, parallel: int = 1, nice: int = 0,
                  cwd: str | Path | None = None, poll_s: float = 0.5,
@@ -277,7 +283,7 @@ class JobQueue:
             waits = [a for a in j.after if self.state(next(k for k in self.jobs if k.name == a)) != "done"]
             if state == "pending" and waits:
                 state = f"after {', '.join(waits)}"
-            lines.append(f"{j.name:<{width}}  {state:<20}  {last_progress(self._file(j, 'log'))[-100:]}")
+            lines.append(f"{j.name:<{width}}  {state:<20}  {clipped(last_progress(self._file(j, 'log')))}")
         return lines
 
     def _start(self, job: Job) -> subprocess.Popen | None:
