@@ -1383,6 +1383,16 @@ def test_the_graphs_progress_bar_is_drawn_on_a_terminal_only(tmp_path, demos):
     stream.close()
 
 
+def test_the_direct_loops_progress_bar_is_drawn_on_a_terminal_only(tmp_path, demos, capsys):
+    """Into a file or a pipe (a queue job's log) the direct loop's bar wrote 50 KB of carriage-return
+    updates per 3000 steps (a walkthrough): there it writes a line per 1000 steps instead."""
+    DirectTrainer(small_cfg(tmp_path, demos, "td3", total_steps=2000, progress=True)).train()
+    err = capsys.readouterr().err
+    assert "\r" not in err and "%|" not in err, err[-500:]
+    said = [line for line in err.splitlines() if "steps/s, training return" in line]
+    assert [line.split(": ")[1].split(" ")[0] for line in said] == ["1000/2000", "2000/2000"], said
+
+
 def test_eval_csv_records_the_scores_baselines_and_a_changed_expert_return_is_said(tmp_path, capsys):
     """R_expert was not in the checkpoint nor in eval.csv: a run resumed over a replaced bag (or
     another num_demos) scored on a new scale without a word, and a report could not tell."""
