@@ -87,9 +87,15 @@ def _episode_lines(episodes: list[Episode]) -> list[str]:
     said = (f"returns {', '.join(f'{r:.1f}' for r in returns)}" if known.size == returns.size
             else "returns unknown" if not known.size
             else f"returns {known.size} known, mean {known.mean():.1f}")
-    return [f"  demonstrations: {_count(len(episodes), 'episode')} of obs_dim {episodes[0].obs.shape[1]}, "
-            f"{sum(lengths) - len(lengths)} transitions (states per episode: "
-            f"{', '.join(map(str, lengths[:20]))}{', ...' if len(lengths) > 20 else ''}); {said}"]
+    lines = [f"  demonstrations: {_count(len(episodes), 'episode')} of obs_dim {episodes[0].obs.shape[1]}, "
+             f"{sum(lengths) - len(lengths)} transitions (states per episode: "
+             f"{', '.join(map(str, lengths[:20]))}{', ...' if len(lengths) > 20 else ''}); {said}"]
+    joints, fields = episodes[0].meta.get("joints"), episodes[0].meta.get("fields")
+    if joints and fields:  # a JointState bag: the order its values make the observation in
+        plural = {"position": "positions", "velocity": "velocities", "effort": "efforts"}
+        lines.append(f"  observation: the {' then '.join(plural.get(f, f) for f in fields)} of joints "
+                     f"{','.join(joints)}, in this order (demos_joints / deploy joints)")
+    return lines
 
 
 def demonstration_lines(path: Path, demo_options: dict[str, object]) -> list[str]:

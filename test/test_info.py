@@ -84,3 +84,17 @@ def test_what_is_not_there_or_no_known_file_is_one_line_and_status_2(capsys, tmp
     (tmp_path / "notes.txt").write_text("hello")
     assert cli.main(["info", str(tmp_path / "notes.txt")]) == 2
     assert "is not a rosbag2 bag" in capsys.readouterr().err
+
+
+def test_a_joint_state_bag_says_which_joints_and_fields_make_the_observation(capsys, tmp_path) -> None:
+    """The README sends a user to `opolo-ros info` for a JointState bag's joint order (for
+    demos_joints, or a deploy's joints), and info did not list it (a walkthrough)."""
+    from test_bags import robot_bag
+
+    bag, _ = robot_bag(tmp_path / "robot")
+    out = info(capsys, str(bag), "--topic", "/joint_states")
+    assert ("observation: the positions then velocities of joints wrist,shoulder,elbow, in this order "
+            "(demos_joints / deploy joints)") in out
+    out = info(capsys, str(bag), "--topic", "/joint_states", "--joints", "elbow,shoulder",
+               "--fields", "velocity")
+    assert "observation: the velocities of joints elbow,shoulder, in this order" in out

@@ -531,6 +531,10 @@ def _read_bag(bag: Path, topic: str | None, src_args: dict, gap_ns: int | None,
         digests = _digests(custom, bag) if topic == custom.get(DIGEST_TOPIC_KEY, DEMO_TOPIC) else None
         episodes = _episodes(reader, conns, store, src, bag, topic, gap_ns, expected_obs_dim, state,
                              base_meta, digests)
+        if msgtype == JOINT_STATE and src.obs_field is None:  # what each value is (opolo-ros info)
+            read_by = {"joints": list(src.joints or state.get("joints") or ()), "fields": list(src.fields)}
+            for episode in episodes:
+                episode.meta.update(read_by)
         if digests is not None and len(episodes) != len(digests):
             raise BagError(f"{bag}: {len(episodes)} episodes on {topic}, but the bag was written with "
                            f"{len(digests)} (a storage file lost or listed twice in metadata.yaml?)")
