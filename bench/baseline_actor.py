@@ -74,7 +74,12 @@ class BaselineActor(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=sys.argv if args is None else args)
+    argv = sys.argv if args is None else args
+    if {"-h", "--help"} & set(argv[1:]):  # (`opolo-ros bench` promises NAME --help for each script)
+        print("usage: baseline_actor.py --ros-args -p model:=POLICY.onnx [-p stats_file:=STATS.json]\n")
+        print(__doc__)
+        return 0
+    rclpy.init(args=argv)
     node = BaselineActor()
     executor = SingleThreadedExecutor()
     executor.add_node(node)

@@ -404,10 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "the task: a Gymnasium MuJoCo id (Hopper-v5)")
         # train-expert takes --demos only to say that a TD3 expert learns from the reward instead
         sp.add_argument("--demos", help=argparse.SUPPRESS if expert else
-                        "demonstrations: rosbag2 bag, folder of bags, or .npz; how a bag is read: "
-                        "--set demos_topic=/joint_states, demos_joints=a,b, demos_fields=position,"
-                        "velocity, demos_obs_field=..., demos_episode_gap_s=0.5, num_demos=4 (0 = all); "
-                        "README, 'Your own demonstrations'")
+                        "demonstrations: rosbag2 bag, folder of bags, or .npz; how a bag is read, one "
+                        "--set each: --set demos_topic=/joint_states --set demos_joints=a,b --set "
+                        "demos_fields=position,velocity --set demos_obs_field=... --set "
+                        "demos_episode_gap_s=0.5 --set num_demos=4 (0 = all); README, 'Your own "
+                        "demonstrations'")
         sp.add_argument("--seed", type=seed_value, help="run seed (env, networks, exploration)")
         sp.add_argument("--total-steps", dest="total_steps", type=int, help="env steps to train for")
         sp.add_argument("--run-dir", dest="run_dir", help="the run folder (checkpoint, policy.onnx, "

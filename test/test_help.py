@@ -14,7 +14,6 @@ import pytest
 from opolo_ros.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-NODE_SCRIPTS = {"baseline_actor.py"}  # ROS nodes: parameters through --ros-args, no --help
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -59,7 +58,7 @@ def _help(argvs: list[list[str]]) -> list[tuple[list[str], int, str]]:
 
 
 def test_bench_scripts_help() -> None:
-    scripts = sorted(f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py") if p.name not in NODE_SCRIPTS)
+    scripts = sorted(f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py"))
     assert len(scripts) >= 10
     results = _help([[s] for s in scripts])
     modes = [[argv[0], mode] for argv, _, out in results
