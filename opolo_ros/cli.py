@@ -87,9 +87,10 @@ def _check_demos(cfg: RunConfig) -> None:
             raise (with_joints_hint(err, joints, cfg.env_id) if joints != cfg.demos_joints else err) from None
         taken = episodes[: cfg.num_demos or None]
         left = f"; {len(episodes) - len(taken)} more in it left out (num_demos {cfg.num_demos}; 0 = all)"
+        short = f" (num_demos {cfg.num_demos}: it holds no more)" if cfg.num_demos > len(episodes) else ""
         print(f"demonstrations: {len(taken)} episode{'s' * (len(taken) != 1)} of {cfg.demos}, "
               f"{sum(len(ep.obs) - 1 for ep in taken)} transitions"
-              + (left if len(taken) < len(episodes) else ""))
+              + (left if len(taken) < len(episodes) else short))
 
 
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:

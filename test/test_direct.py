@@ -748,6 +748,8 @@ def test_num_demos_takes_the_first_episodes_and_0_takes_all(tmp_path, capsys, nu
     said = capsys.readouterr().out
     assert f"demonstrations: {taken} episodes of {path}" in said
     assert ("4 more in it left out (num_demos 2; 0 = all)" in said) == (taken == 2), said
+    assert ("6 episodes of " + str(path) + ", 69 transitions (num_demos 9: it holds no more)" in said) == \
+        (num_demos == 9), said  # more asked for than there are: said, not silent (a walkthrough)
 
 
 def test_a_resume_under_changed_values_keeps_the_config_it_ran_under(tmp_path, demos):

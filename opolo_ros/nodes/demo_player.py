@@ -66,7 +66,8 @@ class DemoPlayer(FinishableNode):
             self.pub.publish(m.demonstration_to_msg(ep.obs, ep.ret, k))
         returns = [ep.ret for ep in self.episodes]
         left = len(episodes) - len(self.episodes)
-        note = f"; {left} more in it left out (num_demos {count}; 0 = all)" if left else ""
+        note = (f"; {left} more in it left out (num_demos {count}; 0 = all)" if left
+                else f"; num_demos {count}: it holds no more" if count > len(episodes) else "")
         said = ("returns unknown" if all(math.isnan(r) for r in returns)  # a state stream, an MJCF task
                 else f"returns {', '.join(f'{r:.1f}' for r in returns)}")
         self.get_logger().info(f"published {len(self.episodes)} episodes from {demos} on {topic} "
