@@ -90,6 +90,9 @@ CASES = {
     "config is a folder": Case(("train", "--config", "{tmp}"), "is not a regular file"),
     "run dir is a file": Case(("train", "--config", "{opolo_config}", "--run-dir", "{malformed_yaml}"),
                               "exists and is not a folder"),
+    "train without demonstrations": Case(("train", "--total-steps", "10", "--run-dir", "{tmp}/no_demos"),
+                                         "needs demonstrations: set 'demos' to a bag, folder or .npz "
+                                         "(--demos PATH, or --config config/<task>.yaml"),
     "train-expert with demos": Case(("train-expert", "--config", "{expert_config}", "--demos", "x"),
                                     "--demos is for OPOLO"),
     "launch with a plain run config": Case(("launch", "sim_train", "params_file:={expert_config}"),

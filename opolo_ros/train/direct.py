@@ -104,7 +104,8 @@ def seed_everything(seed: int) -> None:
 def prepare_demos(cfg: RunConfig, max_steps: int) -> list[Episode]:
     """Load `num_demos` state-only episodes, with the time feature appended when the run uses it."""
     if not cfg.demos:
-        raise ValueError("algo 'opolo' needs demonstrations: set 'demos' to a bag, folder or .npz")
+        raise ValueError("algo 'opolo' needs demonstrations: set 'demos' to a bag, folder or .npz "
+                         "(--demos PATH, or --config config/<task>.yaml for a task's shipped ones)")
     episodes = load_episodes(cfg.demos, **cfg.demo_options())[: cfg.num_demos or None]
     if cfg.time_feature:
         episodes = [Episode(add_time_feature(ep.obs, max_steps), ep.ret, ep.meta) for ep in episodes]
