@@ -31,7 +31,9 @@ def test_yaml_and_overrides(tmp_path):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("schedule:\n  batch_sise: 3\n", "unknown key 'schedule.batch_sise'"),
+    ("schedule:\n  batch_sise: 3\n",
+     r"unknown key 'schedule.batch_sise' \(did you mean 'schedule.batch_size'\? "),
+    ("totl_steps: 5\n", r"unknown key 'totl_steps' \(did you mean 'total_steps'\? known: algo, "),
     ("schedule:\n  batch_size: many\n", "schedule.batch_size.*integer"),
     ("opolo:\n  residual_mode: sometimes\n", "opolo.residual_mode.*must be one of"),
     ("opolo:\n  normalize_disc: 3\n", "true/false"),

@@ -226,7 +226,9 @@ def update_dataclass(obj: Any, values: Mapping[str, Any], prefix: str = "") -> A
     for key, value in values.items():
         name = f"{prefix}{key}"
         if key not in known:
-            raise ValueError(f"config: unknown key '{name}' (known: {', '.join(sorted(known))})")
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f"did you mean '{prefix}{close[0]}'? " if close else ""
+            raise ValueError(f"config: unknown key '{name}' ({hint}known: {', '.join(sorted(known))})")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             changes[key] = update_dataclass(current, value, prefix=f"{name}.")
