@@ -246,7 +246,8 @@ def _record_into(args: argparse.Namespace, policy: Any, model: Path, env_id: str
     returns = np.array([ep.ret for ep in episodes])
     with signals.hold_signals():  # a Ctrl-C now must not cost the recorded episodes
         path = write_demonstrations(output, episodes, storage=args.storage, metadata=metadata)
-    print(f"{env_id}: {len(episodes)} expert episodes, return {returns.mean():.1f} +- {returns.std():.1f} "
+    print(f"{env_id}: {len(episodes)} expert episode{'s' * (len(episodes) != 1)}, "
+          f"return {returns.mean():.1f} +- {returns.std():.1f} "
           f"(min {returns.min():.1f}, max {returns.max():.1f}), "
           f"{sum(len(ep.obs) - 1 for ep in episodes)} transitions")
     print(f"bag: {path} ({args.storage})")
