@@ -242,7 +242,10 @@ def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_no
             "env_id": ENV, "mode": "lockstep", "flow_control": False, "publish_replay": False,
             "joint_states_topic": "", "max_episode_steps": 50}),
         NodeSpec("actor", "actor", parameters={"mode": "deploy", "model": str(first),
-                                               "decode_policy_in_loader": decode_in_loader}),
+                                               "decode_policy_in_loader": decode_in_loader,
+                                               # lock-step: no real-time deadline (a loaded machine
+                                               # paused the loop past 0.5 s: a safe command, 0.0)
+                                               "observation_timeout_s": 30.0}),
     ]
     sender, sender_exec = ros_node("policy_sender")
     policy_pub = sender.create_publisher(UInt8MultiArray, "/opolo/policy", qos_for("policy"))
@@ -275,8 +278,9 @@ def test_actor_hot_swaps_without_dropping_a_step(tmp_path, ros_domain_id, ros_no
         deadline = time.monotonic() + 0.3
         spin_until(both, lambda: time.monotonic() > deadline, timeout_sec=1.0)
         steps, actions, republished = bridge.steps, actor.actions, bridge.republished
-        version = actor.version
+        version, origin = actor.version, actor.current.origin
     assert version == 4  # the obs_dim-5 model was refused, v2 kept until v4, the messages changed nothing
+    assert origin == "/opolo/policy"  # named by its topic in the log ("<bytes>" said nothing)
     assert republished == 0, "an observation went unanswered (a dropped control step)"
     assert actions - steps in (0, 1), (actions, steps)  # one action per observation (+1 in flight)
     values = np.round(np.array(seen), 6)

@@ -369,8 +369,10 @@ def check_dims(meta: PolicyMetadata, origin: str, expected_obs_dim: int | None,
                               f"(env {meta.env_id!r})")
 
 
-def read_model(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> tuple[bytes, str]:
-    """(model bytes, origin for messages) from a file path or any buffer; PolicyLoadError if none."""
+def read_model(source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+               origin: str = "<bytes>") -> tuple[bytes, str]:
+    """(model bytes, origin for messages) from a file path or any buffer (`origin` names where a
+    buffer came from, e.g. its topic); PolicyLoadError if none."""
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
@@ -387,7 +389,7 @@ def read_model(source: str | os.PathLike[str] | bytes | bytearray | memoryview) 
             raise PolicyLoadError(f"{path}: cannot read policy file ({exc.strerror})") from None
         origin = str(path)
     else:
-        data, origin = bytes(memoryview(source)), "<bytes>"
+        data = bytes(memoryview(source))
     if not data:
         raise PolicyLoadError(f"{origin}: empty policy model")
     return data, origin
@@ -395,9 +397,10 @@ def read_model(source: str | os.PathLike[str] | bytes | bytearray | memoryview) 
 
 def load_policy(source: str | os.PathLike[str] | bytes | bytearray | memoryview, *,
                 expected_obs_dim: int | None = None, expected_act_dim: int | None = None,
-                allow_spinning: bool = False) -> OnnxPolicy:
-    """Load a policy from a file path or from model bytes (any buffer, e.g. a ROS uint8[] array)."""
-    data, origin = read_model(source)
+                allow_spinning: bool = False, origin: str = "<bytes>") -> OnnxPolicy:
+    """Load a policy from a file path or from model bytes (any buffer, e.g. a ROS uint8[] array,
+    named `origin` in messages)."""
+    data, origin = read_model(source, origin)
     return OnnxPolicy(data, origin=origin, expected_obs_dim=expected_obs_dim,
                       expected_act_dim=expected_act_dim, allow_spinning=allow_spinning)
 

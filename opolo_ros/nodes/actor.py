@@ -163,6 +163,7 @@ class Actor(FinishableNode):
         p = self._declare_parameters()
         self.mode = p["mode"]
         self.seed = p["seed"]
+        self.policy_topic = p["policy_topic"]  # where model bytes come from (named in messages)
         self.rng = np.random.default_rng(self.seed + SEED_OFFSET)
         self.current: LoadedPolicy | None = None
         self.steps = 0  # distinct observations acted on
@@ -449,9 +450,10 @@ class Actor(FinishableNode):
 
     def _load(self, source: bytes | str, version: int | None, obs_dim: int | None, act_dim: int | None,
               safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
+        origin = self.policy_topic  # (model bytes come from the policy topic)
         if self.pool is not None:
-            return self.pool.load(source, version, obs_dim, act_dim, self.current, safe_point)
-        return LoadedPolicy.load(source, version, obs_dim, act_dim, safe_point)
+            return self.pool.load(source, version, obs_dim, act_dim, self.current, safe_point, origin)
+        return LoadedPolicy.load(source, version, obs_dim, act_dim, safe_point, origin)
 
     def _count_tick(self) -> None:
         now = time.monotonic()

@@ -38,10 +38,12 @@ class LoadedPolicy:
 
     @classmethod
     def load(cls, source: bytes | str, version: int | None, obs_dim: int | None,
-             act_dim: int | None, safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
-        """Load, check and warm up a model; `safe_point()` is called before each GIL-heavy step."""
+             act_dim: int | None, safe_point: Callable[[], None] = lambda: None,
+             origin: str = "<bytes>") -> LoadedPolicy:
+        """Load, check and warm up a model (`origin`: where model bytes came from); `safe_point()` is
+        called before each GIL-heavy step."""
         safe_point()
-        policy = load_policy(source, expected_obs_dim=obs_dim, expected_act_dim=act_dim)
+        policy = load_policy(source, expected_obs_dim=obs_dim, expected_act_dim=act_dim, origin=origin)
         safe_point()
         policy.warmup()
         return cls.of(policy, policy.bind(), policy.metadata, version, policy.origin)

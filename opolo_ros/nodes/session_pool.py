@@ -50,9 +50,11 @@ class SessionPool:
         self.builds = 0  # sessions built
 
     def load(self, source: bytes | str, version: int | None, obs_dim: int | None, act_dim: int | None,
-             in_use: LoadedPolicy | None, safe_point: Callable[[], None] = lambda: None) -> LoadedPolicy:
-        """The model at `source` ready to run; `in_use` is the policy the control loop runs now."""
-        data, origin = read_model(source)
+             in_use: LoadedPolicy | None, safe_point: Callable[[], None] = lambda: None,
+             origin: str = "<bytes>") -> LoadedPolicy:
+        """The model at `source` ready to run (`origin`: where model bytes came from); `in_use` is the
+        policy the control loop runs now."""
+        data, origin = read_model(source, origin)
         safe_point()
         graph = split_weights(data, origin)
         meta = PolicyMetadata.from_props(graph.props, origin)
