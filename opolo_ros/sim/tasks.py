@@ -132,16 +132,23 @@ def env_joint_names(env) -> tuple[str, ...]:
     return tuple(joint_layout_of_model(model)[0]) if model is not None else ()
 
 
+def reordered_joints(names: Sequence[str], model: Sequence[str]) -> list[str] | None:
+    """`names` in the `model`'s joint order where they are the model's own joints in another order;
+    None where they are in its order, or name joints the model does not have (a real robot's)."""
+    where = {name: k for k, name in enumerate(model)}
+    if not names or not all(n in where for n in names):
+        return None
+    ordered = sorted(names, key=where.__getitem__)
+    return ordered if list(names) != ordered else None
+
+
 def check_joint_order(names: Sequence[str], model: Sequence[str], task: str) -> None:
     """JointState demonstrations select joints (`names`, ``demos_joints``) in the policy's
     observation order, which is the model's: the model's own joint names in another order would
     train on scrambled observations without a word (a ValueError). Names the model does not have
     (a real robot's, mapped onto the task) are not checked here."""
-    where = {name: k for k, name in enumerate(model)}
-    if not names or not all(n in where for n in names):
-        return
-    ordered = sorted(names, key=where.__getitem__)
-    if list(names) != ordered:
+    ordered = reordered_joints(names, model)
+    if ordered is not None:
         raise ValueError(f"demos_joints {','.join(names)} names {task}'s joints in another order than the "
                          f"model's, {','.join(ordered)}: the policy's observation is in the model's order "
                          "(give them in that order; with demos_joints empty they are read by name "
