@@ -97,3 +97,56 @@ def test_an_episode_of_one_state_is_refused(tmp_path):
     np.savez(path, obs_0=np.zeros((1, 3), np.float32))
     with pytest.raises(ValueError, match=r"T\+1 >= 2"):
         load_npz(path)
+
+
+def test_a_demonstration_file_of_no_episodes_or_non_finite_states_is_refused_in_one_line(tmp_path):
+    """`opolo-ros train --demos x.npz` (and `info`) on an .npz that holds no obs_<k> arrays, on a
+    single .npy array, on episodes not numbered from 0, on fewer returns than episodes, or on states
+    with NaN / inf: a one-line ValueError, not an empty demonstration set, a traceback, or networks
+    trained into NaN (a mutation test)."""
+    import pytest
+
+    from opolo_ros.data.demos import Episode, load_npz
+
+    empty = tmp_path / "empty.npz"
+    np.savez(empty, returns=np.zeros(2))
+    with pytest.raises(ValueError, match=r"empty.npz holds no episodes \(no obs_<k> arrays\)"):
+        load_npz(empty)
+    single = tmp_path / "single.npz"
+    with single.open("wb") as f:  # a .npy array under an .npz name
+        np.save(f, np.zeros((3, 2), np.float32))
+    with pytest.raises(ValueError, match=r"single.npz is a single .npy array, not an .npz of demonstrations"):
+        load_npz(single)
+    # numbered from 1, or fewer returns than episodes: a KeyError's or IndexError's traceback before
+    gap = tmp_path / "gap.npz"
+    np.savez(gap, obs_1=np.zeros((3, 2), np.float32), obs_2=np.zeros((3, 2), np.float32))
+    with pytest.raises(ValueError, match=r"gap.npz: its 2 episodes must be the arrays obs_0 .. obs_1, and "
+                                         r"obs_0 is not there \(it holds obs_1, obs_2\)"):
+        load_npz(gap)
+    short = tmp_path / "short.npz"
+    np.savez(short, obs_0=np.zeros((3, 2), np.float32), obs_1=np.ones((3, 2), np.float32), returns=np.ones(1))
+    with pytest.raises(ValueError, match=r"short.npz: 'returns' has shape \(1,\), not one value per episode"):
+        load_npz(short)
+    for bad in (np.nan, np.inf):
+        obs = np.zeros((4, 2), np.float32)
+        obs[2, 1] = bad
+        with pytest.raises(ValueError, match="episode observations contain NaN or inf"):
+            Episode(obs)
+        path = tmp_path / "bad.npz"
+        np.savez(path, obs_0=obs)
+        with pytest.raises(ValueError, match="NaN or inf"):
+            load_npz(path)
+
+
+def test_an_npz_without_returns_gives_unknown_returns_not_zero(tmp_path):
+    """Demonstrations saved without their returns (a robot's states) have no expert return: NaN,
+    which the score and `opolo-ros info` call unknown; 0 would be taken for a known one (a mutation
+    test)."""
+    from opolo_ros.data.demos import load_npz
+    from opolo_ros.train.direct import mean_return
+
+    path = tmp_path / "states.npz"
+    np.savez(path, obs_0=np.zeros((3, 2), np.float32), obs_1=np.ones((4, 2), np.float32))
+    episodes = load_npz(path)
+    assert [len(ep.obs) for ep in episodes] == [3, 4]
+    assert all(np.isnan(ep.ret) for ep in episodes) and np.isnan(mean_return(episodes))

@@ -60,10 +60,18 @@ def load_npz(path: str | Path) -> list[Episode]:
     if not isinstance(data, np.lib.npyio.NpzFile):
         raise ValueError(f"{path} is a single .npy array, not an .npz of demonstrations (obs_<k> arrays)")
     with data:
-        n = sum(1 for k in data.files if k.startswith("obs_"))
+        names = sorted((k for k in data.files if k.startswith("obs_")), key=lambda k: (len(k), k))
+        n = len(names)
         if n == 0:
             raise ValueError(f"{path} holds no episodes (no obs_<k> arrays)")
-        returns = data["returns"] if "returns" in data.files else np.full(n, np.nan)
+        missing = next((f"obs_{k}" for k in range(n) if f"obs_{k}" not in names), None)
+        if missing is not None:  # (a KeyError's traceback before)
+            held = ", ".join(names[:5]) + (", ..." if n > 5 else "")
+            raise ValueError(f"{path}: its {n} episodes must be the arrays obs_0 .. obs_{n - 1}, and "
+                             f"{missing} is not there (it holds {held})")
+        returns = np.asarray(data["returns"]) if "returns" in data.files else np.full(n, np.nan)
+        if returns.shape != (n,):  # (an IndexError's traceback before, for fewer)
+            raise ValueError(f"{path}: 'returns' has shape {returns.shape}, not one value per episode ({n})")
         return [Episode(data[f"obs_{k}"], float(returns[k])) for k in range(n)]
 
 
