@@ -697,21 +697,30 @@ def test_run_config_picks_the_topic_joints_and_fields_of_a_robot_bag(tmp_path: P
     assert np.array_equal(ep.obs, want)
 
 
-@pytest.mark.parametrize("case", ["negative_seed", "other_task", "output_under_a_file"])
+@pytest.mark.parametrize("case", ["negative_seed", "other_task", "output_under_a_file", "no_episodes",
+                                  "existing_output"])
 def test_cli_record_refuses_before_any_rollout(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                case: str) -> None:
     """One line, exit 2, and nothing recorded: a negative seed, a model of another task with the
-    same dimensions (Walker2d's expert has HalfCheetah's), an output that cannot be a folder."""
+    same dimensions (Walker2d's expert has HalfCheetah's), an output that cannot be a folder, no
+    episodes to record, an output that exists (a mutation test: `--episodes 0` went on to an empty
+    bag, an existing output was refused only after the whole recording)."""
     (tmp_path / "a_file").write_text("")
     root = Path(__file__).resolve().parents[1]
     argv = {"negative_seed": ["--model", str(IP_EXPERT), "--seed", "-1"],
             "other_task": ["--model", str(root / "models" / "experts" / "Walker2d-v5.onnx"),
                            "--env-id", "HalfCheetah-v5"],
             "output_under_a_file": ["--model", str(IP_EXPERT),
-                                    "--output", str(tmp_path / "a_file" / "bag")]}[case]
+                                    "--output", str(tmp_path / "a_file" / "bag")],
+            "no_episodes": ["--model", str(IP_EXPERT), "--episodes", "0"],
+            "existing_output": ["--model", str(IP_EXPERT), "--output", str(tmp_path / "old_bag")]}[case]
     says = {"negative_seed": "argument --seed: must not be negative, got -1",
             "other_task": "was trained on Walker2d-v5 (its metadata's env_id), not HalfCheetah-v5",
-            "output_under_a_file": "bag: cannot create its folder"}[case]
+            "output_under_a_file": "bag: cannot create its folder",
+            "no_episodes": "--episodes must be at least 1, got 0",
+            "existing_output": "old_bag already exists; refusing to overwrite a bag (choose another "
+                               "--output"}[case]
+    (tmp_path / "old_bag").mkdir()
     if "--output" not in argv:
         argv += ["--output", str(tmp_path / "bag")]
     with pytest.raises(SystemExit) if case == "negative_seed" else contextlib.nullcontext() as exited:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import pytest
@@ -256,3 +257,13 @@ def test_evaluate_stamp_records_the_tasks_control_period_where_the_model_has_non
     assert cli.main(["evaluate", str(old), "--episodes", "2", "--stamp"]) == 0
     meta = load_policy(old).metadata
     assert (meta.control_period_s, meta.extra["eval_episodes"]) == (pytest.approx(0.01), "2")
+    # evaluated on another task (--env-id): that task's period is not the model's, and is not stamped
+    other = without_control_period(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx",
+                                   tmp_path / "other.onnx")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*InvertedPendulum-v4 is out of date", DeprecationWarning)
+        assert cli.main(["evaluate", str(other), "--env-id", "InvertedPendulum-v4", "--episodes", "1",
+                         "--stamp"]) == 0
+    assert "control period" not in capsys.readouterr().out
+    meta = load_policy(other).metadata
+    assert (meta.control_period_s, meta.extra["eval_episodes"]) == (None, "1")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opolo_ros.algo.config import RunConfig, load_run_config, merge_overrides
+from opolo_ros.algo.config import RunConfig, ScheduleConfig, load_run_config, merge_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,6 +18,26 @@ def test_defaults_are_the_papers():
     assert (s.batch_size, s.train_freq, s.gradient_steps) == (100, 1000, 1000)
     assert (s.disc_freq, s.disc_steps, s.inverse_freq, s.inverse_steps) == (500, 10, 500, 50)
     assert s.update_to_data == 1.0
+
+
+def test_every_default_is_the_papers_or_the_released_codes():
+    """Each default of /work/shared/algorithm-notes.md and README's named-options table (a changed
+    default went unnoticed by every test but for the few above: a mutation test)."""
+    cfg = RunConfig()
+    o, s, t = cfg.opolo, cfg.schedule, cfg.td3
+    assert (o.net.hidden, o.net.disc_hidden, o.net.inverse_hidden) == ((400, 300), (256, 256), (256, 256))
+    assert (o.gamma, o.tau, o.lr, o.disc_lr, o.inverse_lr) == (0.99, 0.005, 3e-4, 3e-4, 3e-4)
+    assert (o.alpha, o.f_q, o.residual_clip, o.lam) == (0.1, 2.0, 100.0, 0.1)
+    assert (o.disc_entropy_coef, o.disc_gp_coef, o.inverse_l2) == (1e-3, 10.0, 1e-3)
+    assert (o.reward_eps_low, o.reward_eps_high, o.norm_std_floor) == (1e-4, 1e-8, 0.1)
+    assert (o.normalize_disc, o.normalize_inverse) == (True, True)
+    assert (o.residual_mode, o.done_mode, o.policy_update) == ("stop_gradient", "terminal", "sequential")
+    assert (s.warmup_steps, s.inverse_pretrain_steps, s.policy_delay) == (10_000, 2_500, 2)
+    assert (s.batch_size, s.buffer_size, s.exploration_noise) == (100, 1_000_000, 0.1)
+    assert (t.net.hidden, t.gamma, t.tau, t.lr) == ((400, 300), 0.99, 0.005, 3e-4)
+    assert (t.target_noise, t.target_noise_clip, t.done_mode) == (0.2, 0.5, "terminal")  # Fujimoto et al.
+    assert (cfg.num_demos, cfg.time_feature) == (4, False)  # 4 expert episodes per task
+    assert ScheduleConfig(train_freq=4, gradient_steps=1).update_to_data == 0.25  # critic steps per env step
 
 
 def test_yaml_and_overrides(tmp_path):
@@ -114,12 +134,41 @@ def test_missing_file_and_bad_override(tmp_path):
     ("seed=4294967296", r"'seed': must be at most 4294967295"),
     ("torch_threads=100000", r"'torch_threads': must be at most 256"),  # segfaulted the learner
     ("run_dir=''", r"'run_dir': must name a folder"),  # ran in the working folder, over its config.yaml
+    # a mutation test: each of these was taken (2.5 steps as 2, true as seed 1, a negative count of
+    # critic steps as none, an algorithm no trainer has, a reward clip whose log is of 0 or less)
+    ("total_steps=2.5", r"'total_steps': expected an integer, got 2.5"),
+    ("seed=true", r"'seed': expected an integer, got True"),
+    ("schedule.gradient_steps=-1", r"'schedule.gradient_steps': must not be negative"),
+    ("algo=sac", r"'algo': must be one of \('opolo', 'td3'\), got 'sac'"),
+    ("opolo.reward_eps_high=0.99995", r"low in \(0, 1\), high in \[0, 1\), their sum < 1"),
 
 ])
 def test_values_no_run_can_use_are_refused(override, match):
     with pytest.raises(ValueError, match=match):
         load_run_config(None, merge_overrides([override]))
     load_run_config(None, merge_overrides(["eval_every=0", "checkpoint_every=0"]))  # 0: off, allowed
+
+
+def test_the_edges_of_the_allowed_ranges_are_allowed():
+    """tau 1 (a hard target copy), the largest seed numpy takes: in range (a mutation test)."""
+    cfg = load_run_config(None, merge_overrides(["opolo.tau=1", "td3.tau=1", "seed=4294967295"]))
+    assert (cfg.opolo.tau, cfg.td3.tau, cfg.seed) == (1.0, 1.0, 2**32 - 1)
+
+
+def test_overrides_of_one_section_and_values_with_an_equals_sign_are_all_kept(tmp_path):
+    """`--set opolo.lr=... --set opolo.lam=...`: both (the second mapping replaced the first, which was
+    lost without a word); a parameter file's sections that set keys of one group merge as rcl merges
+    them; a value holding '=' is the whole text after the first one (a mutation test)."""
+    sets = ["opolo.lr=0.001", "opolo.lam=0.5", "opolo.net.hidden=[8]", "opolo.net.disc_hidden=[4]"]
+    assert merge_overrides(sets) == {"opolo": {"lr": 1e-3, "lam": 0.5,
+                                               "net": {"hidden": [8], "disc_hidden": [4]}}}
+    cfg = load_run_config(None, merge_overrides(["opolo.lr=1e-3", "opolo.lam=0.5", "run_dir=runs/lr=1e-3"]))
+    assert (cfg.opolo.lr, cfg.opolo.lam, cfg.run_dir) == (1e-3, 0.5, "runs/lr=1e-3")
+    path = ros_file(tmp_path, {"/**": {"opolo": {"lr": 1e-3}, "schedule": {"batch_size": 8}},
+                               "learner": {"opolo": {"lam": 0.5}, "schedule.warmup_steps": 7}})
+    cfg = load_run_config(path)
+    assert (cfg.opolo.lr, cfg.opolo.lam) == (1e-3, 0.5)
+    assert (cfg.schedule.batch_size, cfg.schedule.warmup_steps) == (8, 7)
 
 
 def test_ros_parameter_file_gives_the_learner_section(tmp_path):

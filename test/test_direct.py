@@ -472,6 +472,13 @@ def test_starting_over_sets_the_previous_runs_files_aside(tmp_path, demos):
     assert {"checkpoint.pt", "config.yaml", "eval.csv", "tb", "policy.onnx"} <= kept  # exportable as it was
     assert len((run / "eval.csv").read_text().splitlines()) == 3  # header + 50 + 100: the new run's only
     assert len(list((run / "tb").iterdir())) == 1  # one events file: the new run's
+    # the command's --no-resume does the same (a mutation test: it was not passed on unnoticed)
+    from opolo_ros import cli
+
+    config = tmp_path / "td3.yaml"
+    config.write_text(yaml.safe_dump(to_dict(cfg)))
+    assert cli.main(["train-expert", "--config", str(config), "--no-resume"]) == 0
+    assert len([p for p in run.iterdir() if p.name.startswith("previous-")]) == 2
 
 
 def test_config_changes_name_the_shape_changing_keys_first() -> None:
@@ -713,6 +720,28 @@ def test_a_nan_evaluation_is_no_best_and_a_nan_policy_scores_nan() -> None:
     assert exported == []  # a NaN policy never becomes policy_best.onnx
     # MuJoCo runs a NaN control as 0 and the episode ended at once: scored 1.0 on the pendulum
     assert np.isnan(evaluate(lambda obs: np.array([np.nan]), "InvertedPendulum-v5", 2)).all()
+
+
+def test_stop_at_return_is_reached_by_an_equal_return_and_policy_best_is_kept_for_a_better_one() -> None:
+    """README: a run ends at the first evaluation whose mean return *reaches* stop_at_return (the
+    pendulum's 1000 is its most: a strict > never ended such a run); policy_best.onnx is the first of
+    the best evaluations (an equal one later does not replace it), and none with keep_best off (a
+    mutation test; both trainers decide with these)."""
+    import dataclasses
+
+    from opolo_ros.train.direct import note_evaluation, run_finished
+
+    cfg = load_run_config(None, {"stop_at_return": 1000.0, "total_steps": 5000})
+    said, exported = [], []
+    best = note_evaluation(1000.0, -math.inf, cfg, 100, lambda: exported.append(100), said.append)
+    assert best == 1000.0 and exported == [100] and run_finished(100, best, cfg)
+    assert said == ["step 100: evaluation reached stop_at_return=1000; the run ends here"]
+    assert not run_finished(100, 999.5, cfg) and run_finished(5000, -math.inf, cfg)
+    assert note_evaluation(1000.0, 1000.0, cfg, 200, lambda: exported.append(200), said.append) == 1000.0
+    assert exported == [100]  # the equal evaluation at 200 is no better one
+    off = dataclasses.replace(cfg, keep_best=False)
+    assert note_evaluation(5.0, -math.inf, off, 300, lambda: exported.append(300), said.append) == 5.0
+    assert exported == [100]
 
 
 def test_mean_return_of_demonstrations_without_returns_is_nan_without_a_warning():
@@ -1215,6 +1244,57 @@ def test_exploration_actions_are_clipped_to_the_unit_box_before_the_replay(tmp_p
         trainer.env_step()
     stored = trainer.runner.replay.action[: len(trainer.runner.replay)]
     assert stored.abs().max() <= 1.0 and (stored == 1.0).any()
+
+
+def test_evaluations_start_from_the_resets_of_seed_10000_plus_the_run_seed(tmp_path, demos):
+    """`opolo-ros evaluate --help`: "a run's evaluations use 10000 + its seed" (episode k reset
+    with 10000 + seed + k): runs of other seeds are evaluated on other episodes, and a run's own
+    evaluations are repeatable with `opolo-ros evaluate --seed` (a mutation test)."""
+    from opolo_ros.sim.envs import make_env
+
+    trainer = DirectTrainer(small_cfg(tmp_path, demos, "td3"))  # seed 7
+    policy, seen = trainer.policy, []
+    trainer.policy = lambda obs: seen.append(np.array(obs)) or policy(obs)
+    trainer.evaluate(1)
+    env = make_env("InvertedPendulum-v5")
+    first, _ = env.reset(seed=10_007)
+    env.close()
+    np.testing.assert_array_equal(seen[0], first)
+
+
+def test_a_time_limit_resets_the_env_and_a_diverged_step_counts_but_is_not_stored(tmp_path, demos):
+    """A truncation (the time limit) ends the episode as a termination does: the env is reset and
+    the episode logged; a step where the simulation blew up (what DivergenceGuard reports) counts
+    for the schedule and ends the episode, but its transition and reward are no real ones and are
+    not stored (the graph's test_diverged_steps_keep_every_count_in_step, for the direct loop); a
+    short run's replay holds only the rows it can fill (a mutation test: none was pinned here)."""
+    reacher = DirectTrainer(small_cfg(tmp_path, demos, "td3", env_id="Reacher-v5", total_steps=120))
+    lengths = []  # Reacher-v5: a 50-step time limit and no termination
+    for _ in range(120):
+        metrics = reacher.env_step()
+        if "train/episode_length" in metrics:
+            lengths.append(int(metrics["train/episode_length"]))
+    assert lengths == [50, 50] and reacher.episodes_done == 2 and reacher.episode_len == 20
+    assert len(reacher.runner.replay) == reacher.runner.replay.capacity == 120  # not 1e6 rows for 120 steps
+
+    trainer = DirectTrainer(small_cfg(tmp_path, demos, "td3"))
+    real_step = trainer.env.step
+
+    def blowing_up_step(action):
+        obs, reward, terminated, truncated, info = real_step(action)
+        if trainer.step != 2:
+            return obs, reward, terminated, truncated, info
+        return np.full_like(obs, np.nan), math.nan, False, True, {**info, "diverged": True}
+
+    trainer.env.step = blowing_up_step
+    returns = []
+    for _ in range(5):
+        metrics = trainer.env_step()
+        if "train/episode_return" in metrics:
+            returns.append(float(metrics["train/episode_return"]))
+    replay = trainer.runner.replay
+    assert trainer.step == 5 and len(replay) == 4 and np.isfinite(replay.next_obs[:4].numpy()).all()
+    assert returns[0] == 2.0 and trainer.episodes_done >= 1  # two real steps of reward 1, then the void one
 
 
 def test_the_random_baseline_waits_for_the_first_evaluation_and_a_stop_ends_it(tmp_path, demos, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -107,6 +108,46 @@ def test_record_topics_options_are_checked_in_their_own_names(option: str, value
         build_parser().parse_args(["record-topics", "/x", option, value])
     assert exit_info.value.code == 2
     assert expect in capsys.readouterr().err
+
+
+def test_the_defaults_are_the_ones_the_help_states_and_info_reads_bags_as_training_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each default an option's help names, and `opolo-ros info`'s bag options the run config's
+    (`demos_fields`, `demos_episode_gap_s`): info must split a bag into the episodes training
+    takes from it (a mutation test: no default was pinned)."""
+    from opolo_ros.algo.config import RunConfig
+
+    parse = build_parser().parse_args
+    ev = parse(["evaluate", "m.onnx"])
+    assert (ev.episodes, ev.seed, ev.stamp) == (10, 10_000, False)
+    rec = parse(["record", "--model", "m.onnx"])
+    assert (rec.episodes, rec.seed, rec.storage, rec.time_feature) == (4, 0, "mcap", "auto")
+    rt = parse(["record-topics", "/x"])
+    assert (rt.storage, rt.duration, rt.max_messages, rt.discovery_timeout) == ("sqlite3", 0.0, 0, 0.0)
+    qu = parse(["queue", "q.yaml"])
+    assert (qu.parallel, qu.nice, qu.state_dir) == (1, 0, None)
+    info, run = parse(["info", "bag"]), RunConfig()
+    assert (info.topic, info.joints) == (run.demos_topic, run.demos_joints)
+    assert (info.fields, info.episode_gap, info.obs_field) == (run.demos_fields, run.demos_episode_gap_s,
+                                                               run.demos_obs_field)
+    # counts and seeds: 0 is one, the largest seed numpy takes too, one more is refused
+    assert parse(["record-topics", "/x", "--max-messages", "0"]).max_messages == 0
+    assert parse(["evaluate", "m.onnx", "--seed", "0"]).seed == 0
+    assert parse(["train", "--seed", "4294967295"]).seed == 2**32 - 1
+    with pytest.raises(SystemExit):
+        parse(["train", "--seed", "4294967296"])
+    assert "argument --seed: must be at most 4294967295, got 4294967296" in capsys.readouterr().err
+
+
+def test_a_listing_into_a_closed_pipe_is_no_error() -> None:
+    """`opolo-ros bench | head -0`: the reader gone before the listing is written is not an error
+    (status 0, nothing on stderr; a mutation test). Unbuffered, so the write happens in the command,
+    as a listing longer than the output buffer's does."""
+    proc = subprocess.Popen([sys.executable, "-m", "opolo_ros.cli", "bench"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc.stdout.close()  # before the command has written anything (it takes a second to start)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and err == "", err
 
 
 @pytest.mark.parametrize("node", ["learner", "sim_bridge", "actor", "demo_player", "demo_recorder",

@@ -24,6 +24,10 @@ def test_a_policy_names_its_task_inputs_and_bounds(capsys) -> None:
     assert ("input 'obs': 12 values (the last is the time feature 1 - t/T: deploy with "
             "time_feature_clock:=T, the training episode length, and 11 observation values)") in out
     assert "output 'action': 3 values within low [-1, -1, -1], high [1, 1, 1]" in out
+    # its other metadata, the rate to deploy at first (a mutation test: they were left out unseen);
+    # the time feature is said above, not again as a line of its own
+    assert "\n  control_period_s: 0.008\n" in out and "\n  eval_return_mean: " in out
+    assert "time_feature:" not in out
 
 
 def test_an_mjcf_model_lists_the_joints_actuators_and_control_period(capsys, tmp_path) -> None:
@@ -36,6 +40,21 @@ def test_an_mjcf_model_lists_the_joints_actuators_and_control_period(capsys, tmp
     assert "action: 1 value: slide [-3, 3]" in out
     assert "control period: 0.02 s (50 Hz)" in out
     assert "demos_joints:=slider,hinge / joints:=slider,hinge" in out
+    assert "note:" not in out
+
+
+def test_an_mjcf_models_notes_are_said_and_an_upper_case_suffix_is_a_model(capsys, tmp_path) -> None:
+    """What the task leaves out of a model (an actuator without a ctrlrange, commanded in [-1, 1])
+    is said, and ARM.XML is read as a model, not as a bag (a mutation test)."""
+    xml = tmp_path / "ARM.XML"
+    xml.write_text("""<mujoco><worldbody><body><joint name="j" type="hinge"/><geom size="0.1"/></body>
+
+
+</worldbody><actuator><motor name="m" joint="j"/></actuator></mujoco>""")
+    out = info(capsys, str(xml))
+    assert "observation: 2 values: the positions of j, then their velocities" in out
+    assert "action: 1 value: m [-1, 1]" in out
+    assert "note: MJCF " in out and "actuator(s) ['m'] are not ctrllimited" in out
 
 
 def test_a_bag_lists_its_topics_metadata_and_episodes(capsys) -> None:
@@ -46,6 +65,21 @@ def test_a_bag_lists_its_topics_metadata_and_episodes(capsys) -> None:
             "1001, 1001); returns 1000.0, 1000.0, 1000.0, 1000.0") in out
 
 
+def test_a_recording_cut_short_says_so(capsys, tmp_path) -> None:
+    """An `opolo-ros record` stopped early writes the episodes that had ended and says so in the
+    bag's metadata: `info` shows it beside the task, expert, seed and source (a mutation test)."""
+    from opolo_ros.data.bags import write_demonstrations
+
+    bag = write_demonstrations(tmp_path / "cut", [Episode(np.zeros((3, 4)), 2.0)], metadata={
+        "env_id": "InvertedPendulum-v5", "expert": "e.onnx", "seed": 3, "source": "opolo-ros record",
+        "interrupted": "1 of 4 episodes recorded", "skipped_terminated_seeds": [5]})
+    out = info(capsys, str(bag))
+    for line in ("env_id: InvertedPendulum-v5", "expert: e.onnx", "seed: 3", "source: opolo-ros record",
+                 "interrupted: 1 of 4 episodes recorded"):
+        assert f"\n  {line}\n" in out, line
+    assert "skipped_terminated_seeds" not in out and "demonstrations: 1 episode of obs_dim 4" in out
+
+
 def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> None:
     rng = np.random.default_rng(0)
     path = tmp_path / "demos.npz"
@@ -53,6 +87,13 @@ def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> No
     out = info(capsys, str(path))
     assert ("demonstrations: 2 episodes of obs_dim 3, 9 transitions (states per episode: 5, 6); "
             "returns unknown") in out
+    # some returns known: their count and mean; the first 20 lengths, then '...' (a mutation test)
+    save_npz(path, [Episode(np.zeros((2, 1)), float("nan") if k % 2 else 10.0 * k) for k in range(21)])
+    out = info(capsys, str(path))
+    twenty = ", ".join(["2"] * 20)
+    assert f"(states per episode: {twenty}, ...); returns 11 known, mean 100.0" in out
+    save_npz(path, [Episode(np.zeros((2, 1)), 1.0) for _ in range(20)])
+    assert f"(states per episode: {twenty}); returns 1.0, " in info(capsys, str(path))
     from test_bags import F32, _stream, _write_stream
 
     two = _write_stream(tmp_path / "two", {"/a": (F32, _stream(np.zeros((3, 2)))),

@@ -84,7 +84,8 @@ def test_a_failed_job_is_reported_others_go_on_and_it_runs_again_next_time(tmp_p
 def test_stop_passes_sigterm_on_keeps_the_job_resumable_and_starts_nothing_more(tmp_path: Path,
                                                                                  job_script: Path) -> None:
     jobs = [job(job_script, tmp_path, "long", seconds=60), job(job_script, tmp_path, "next")]
-    queue = JobQueue(jobs, tmp_path / "state", parallel=1, poll_s=0.05, log=lambda _: None)
+    said: list[str] = []
+    queue = JobQueue(jobs, tmp_path / "state", parallel=1, poll_s=0.05, log=said.append)
     stop, result = threading.Event(), []
     worker = threading.Thread(target=lambda: result.append(queue.run(stop)))
     worker.start()
@@ -99,6 +100,8 @@ def test_stop_passes_sigterm_on_keeps_the_job_resumable_and_starts_nothing_more(
     assert (tmp_path / "long.checkpoint").read_text() == "written"
     assert queue.state(jobs[0]) == "exit 130" and queue.state(jobs[1]) == "pending"
     assert [n for n, _ in starts(tmp_path)] == ["long"]
+    stopped = "queue: long stopped with exit status 130"  # not FAILED
+    assert any(line.startswith(stopped) for line in said), said
 
 
 def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_script: Path) -> None:
@@ -143,6 +146,8 @@ def test_the_queue_file_is_read_again_before_each_start(tmp_path: Path, job_scri
     ("parallel: 2\njobs: [{name: a, command: x}]", r"unknown top-level keys \['parallel'\]"),
     ("jobs: [{name: a, command: 'train && ship'}]", r"uses shell syntax \(&\).*sh -c"),
     ("jobs: [{name: a, command: 'train >out.txt 2>/dev/null'}]", r"uses shell syntax \(>\)"),
+    # a backslash is no escape inside single quotes (the shell's and shlex's reading): `;` stands outside
+    ("jobs: [{name: a, command: \"grep 'a\\\\' x.txt ; echo\"}]", r"uses shell syntax \(;\)"),
     ("jobs: [{name: a, command: ''}]", "empty command"),
     ("jobs: [{name: a, command: {x: 1}}]", "string or a list"),
     ("jobs: [{name: a, command: x}, {name: a, command: y}]", "duplicate name 'a'"),
@@ -155,6 +160,19 @@ def test_bad_queue_files_are_clear_errors(tmp_path: Path, text: str, expect: str
     path.write_text(text)
     with pytest.raises(ValueError, match=expect):
         load_queue(path)
+
+
+def test_the_default_state_folder_is_the_queue_files_own(tmp_path: Path, monkeypatch) -> None:
+    """Without --state-dir a queue's states go to runs/queue/<file stem>: two queue files each have
+    their own (one folder for both refused the second as holding another file's jobs; a mutation
+    test)."""
+    from opolo_ros import cli
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.yaml").write_text("jobs:\n  - {name: j, command: 'true'}\n")
+        assert cli.main(["queue", f"{name}.yaml"]) == 0
+        assert (tmp_path / "runs" / "queue" / name / "j.done").is_file()
 
 
 def test_missing_queue_file_is_a_clear_error(tmp_path: Path) -> None:
@@ -249,6 +267,7 @@ def test_bad_parameters_are_refused(tmp_path: Path) -> None:
         JobQueue([Job("a", ("true",))], tmp_path, parallel=0)
     with pytest.raises(ValueError, match="nice"):
         JobQueue([Job("a", ("true",))], tmp_path, nice=25)
+    assert JobQueue([Job("a", ("true",))], tmp_path, nice=19).nice == 19  # `nice -n 19`, the lowest priority
 
 
 def test_a_job_left_running_by_a_killed_queue_is_not_started_twice(tmp_path: Path, job_script: Path) -> None:
@@ -512,10 +531,14 @@ def test_a_job_whose_pid_file_cannot_be_written_is_not_left_running(tmp_path: Pa
     assert mine == []
 
 
-def test_a_shell_jobs_child_is_waited_for_after_the_shell_ends(tmp_path: Path) -> None:
+def test_a_shell_jobs_child_is_waited_for_after_the_shell_ends(tmp_path: Path, monkeypatch) -> None:
     """`sh -c '... && ...'` (the docstring's form for shell syntax): on a stop the shell died at
     once and the queue recorded the job ended while its child still wrote its checkpoint; a queue
-    started again then would have run it twice."""
+    started again then would have run it twice. A stopped job's child is waited for however long
+    it writes, not only the grace period of a job that exited on its own (a mutation test)."""
+    from opolo_ros.train import jobqueue
+
+    monkeypatch.setattr(jobqueue, "GROUP_GRACE_S", 0.2)  # shorter than the child's 1 s checkpoint
     slow = tmp_path / "slow.py"
     slow.write_text("import signal, sys, time\nfrom pathlib import Path\n"
                     "def stop(*_):\n    time.sleep(1.0)\n"

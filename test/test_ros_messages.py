@@ -119,6 +119,23 @@ def test_void_replay_steps_round_trip_and_are_strict() -> None:
         m.msg_to_replay(msg)
 
 
+def test_a_batch_fingerprint_covers_every_column_of_its_rows() -> None:
+    """The fingerprint tells a re-send (the same rows) from another bridge's batch of the same
+    (source, seq), whichever column differs: two trainings' bridges from one reset state send the
+    same observations with other actions and rewards (a mutation test: obs alone passed)."""
+    arrays = replay_arrays(n=4, obs_dim=3, act_dim=1)
+    batch = m.ReplayBatch.from_rows(m.msg_to_replay(m.replay_to_msg(**arrays, seq=1, source=2)).rows(), 3,
+                                    seq=1, source=2)
+    assert m.ReplayBatch.from_rows(batch.rows(), 3, seq=1, source=2).fingerprint() == batch.fingerprint()
+    for name in ("action", "next_obs", "reward", "terminated", "truncated"):
+        other = dict(arrays)
+        other[name] = ~arrays[name] if arrays[name].dtype == np.bool_ else arrays[name] + 0.5
+        changed = m.msg_to_replay(m.replay_to_msg(**other, seq=1, source=2))
+        assert changed.fingerprint() != batch.fingerprint(), name
+    void = m.msg_to_replay(m.replay_to_msg(**arrays, seq=1, source=2, void=np.array([0, 1, 0, 0], bool)))
+    assert void.fingerprint() != batch.fingerprint()
+
+
 def test_demonstration_round_trip() -> None:
     obs = RNG.standard_normal((7, 3)).astype(np.float32)
     demo = m.msg_to_demonstration(m.demonstration_to_msg(obs, 1234.5, episode=3), obs_dim=3)
