@@ -155,16 +155,9 @@ def _check_gymnasium_joint_order(joints: list[str], model: str) -> None:
         return  # the actor refuses it with its own error
     if meta.joint_names or is_mjcf(meta.env_id):
         return  # the actor checks these against the metadata
-    from opolo_ros.sim.tasks import env_joint_names, make_task_env, reordered_joints
+    from opolo_ros.sim.tasks import reordered_joints, task_joint_names
 
-    try:
-        env = make_task_env(meta.env_id)
-    except Exception:  # an id this Gymnasium does not know: nothing to compare with
-        return
-    try:
-        names = env_joint_names(env)
-    finally:
-        env.close()
+    names = task_joint_names(meta.env_id)  # () for an id this Gymnasium does not know: nothing to compare
     ordered = reordered_joints(joints, names)
     if ordered is not None:
         raise ValueError(f"joints {','.join(joints)} name the joints of {meta.env_id} (the policy "

@@ -485,6 +485,25 @@ def test_joints_in_another_order_than_the_mjcf_policys_are_refused(tmp_path, ros
                     ros_domain_id)
 
 
+
+def test_joints_in_another_order_than_a_gymnasium_policys_task_are_refused_by_a_bare_actor(ros_domain_id):
+    """The deploy launch refused `joints:=hinge,slider` for the shipped InvertedPendulum expert, but
+    an actor started on its own (`ros2 run opolo_ros actor`) took them and fed the policy swapped
+    values: a Gymnasium policy records no joint_names, and the actor now reads its task's (a
+    walkthrough). The task's own order, and a robot's own names, still start."""
+    from opolo_ros.nodes.common import ParameterError
+
+    expert = Path(__file__).resolve().parents[1] / "models" / "experts" / "InvertedPendulum-v5.onnx"
+    params = {"mode": "deploy", "model": str(expert), "subscribe_policy": False}
+    with pytest.raises(ParameterError, match=r"joints hinge,slider name the joints of the policy .* in "
+                                             r"another order than its observation's, slider,hinge"):
+        GraphRunner([NodeSpec("actor", "actor", parameters={**params, "joints": ["hinge", "slider"]})],
+                    ros_domain_id)
+    for joints in (["slider", "hinge"], ["cart", "pole"]):
+        with GraphRunner([NodeSpec("actor", "actor", parameters={**params, "joints": joints})],
+                         ros_domain_id) as graph:
+            assert graph.nodes["actor"].current.metadata.env_id == "InvertedPendulum-v5"
+
 def test_a_fixed_rate_off_the_policys_training_rate_is_warned_of_once(tmp_path, ros_domain_id, capfd):
     """An MJCF arm trained at 100 Hz was commanded at the deploy launch's 50 Hz, and half its steps
     found no new command (a walkthrough). The start-up line says the command rate; a fixed rate more

@@ -157,6 +157,15 @@ def _reason(err: Exception, expected: type) -> str:
     return why[:500]
 
 
+
+def _task_joints(env_id: str) -> tuple[str, ...]:
+    """The observed joints of a Gymnasium task's model, for a policy exported without its own
+    ``joint_names`` (the shipped experts); () where the task cannot be made here. Imported here
+    only: the simulator is no import of an actor that reads arrays."""
+    from opolo_ros.sim.tasks import task_joint_names
+
+    return task_joint_names(env_id)
+
 class Actor(FinishableNode):
     def __init__(self, *, node_name: str = "actor", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
@@ -408,9 +417,10 @@ class Actor(FinishableNode):
     def _input_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
         """Why this actor cannot run the model, or None when it can: a model of another task than
         parameter `task` (or the running policy's), a clock for a model trained without the time
-        feature, a JointState spec naming an MJCF policy's joints in another order than its
-        metadata's ``joint_names``, or a JointState spec of the wrong size (it must give all
-        ``obs_dim`` inputs, the time feature included, unless the clock adds that)."""
+        feature, a JointState spec naming the policy's joints in another order than its
+        observation's (its metadata's ``joint_names``, or its Gymnasium task's), or a JointState
+        spec of the wrong size (it must give all ``obs_dim`` inputs, the time feature included,
+        unless the clock adds that)."""
         reference = self._reference()
         task = self.task or (reference.metadata.env_id if reference else None)
         if task not in (None, *ANY_TASK) and not same_task_name(meta.env_id, task):
@@ -421,7 +431,7 @@ class Actor(FinishableNode):
             return (f"time_feature_clock is {self.clock_steps}, but the policy {origin} was trained "
                     "without the time feature: set time_feature_clock to 0")
         spec = self._spec
-        names = meta.joint_names
+        names = meta.joint_names if spec is None or meta.joint_names else _task_joints(meta.env_id)
         if spec is not None and names and sorted(spec.joints) == sorted(names) and spec.joints != names:
             return (f"joints {','.join(spec.joints)} name the joints of the policy {origin} in another order "
                     f"than its observation's, {','.join(names)}: give joints in the policy's order")

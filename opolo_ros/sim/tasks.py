@@ -10,9 +10,9 @@ time limit. Either way :func:`joint_layout` names the joints for ``/joint_states
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +22,8 @@ from opolo_ros.sim.task_ids import is_mjcf
 
 if TYPE_CHECKING:
     from opolo_ros.algo.config import RunConfig
+
+T = TypeVar("T")
 
 DEFAULT_MJCF_STEPS = 1000
 MAX_CTRL = 1e10  # |ctrlrange| beyond this: MuJoCo refuses the command (BADCTRL) and applies 0
@@ -229,18 +231,30 @@ def control_period(env: gym.Env) -> float:
     return float(getattr(env.unwrapped, "dt", 0.02))
 
 
-def task_control_period(env_id: str) -> float | None:
-    """The control period of a task (a Gymnasium id or an MJCF file), for a model or checkpoint that
-    does not record its own; None when the environment cannot be made here (an MJCF file left
-    behind, an id Gymnasium does not know)."""
+def _of_task_env(env_id: str, read: Callable[[gym.Env], T]) -> T | None:
+    """`read` of the task's env (a Gymnasium id or an MJCF file), made and closed again; None when
+    the environment cannot be made here (an MJCF file left behind, an id Gymnasium does not know)."""
     try:
         env = make_task_env(env_id)
     except (gym.error.Error, OSError, ValueError):
         return None
     try:
-        return control_period(env)
+        return read(env)
     finally:
         env.close()
+
+
+def task_control_period(env_id: str) -> float | None:
+    """The control period of a task, for a model or checkpoint that does not record its own; None
+    when the task cannot be made here."""
+    return _of_task_env(env_id, control_period)
+
+
+@functools.cache
+def task_joint_names(env_id: str) -> tuple[str, ...]:
+    """The observed joints of a task's model in its observation's order, for a policy that does not
+    record its own ``joint_names`` (one of a Gymnasium task); () when the task cannot be made here."""
+    return _of_task_env(env_id, env_joint_names) or ()
 
 
 def continuation_seed(seed: int, step: int) -> int:
