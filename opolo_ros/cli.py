@@ -303,12 +303,19 @@ def cmd_record_topics(args: argparse.Namespace) -> int:
     return run_node(TopicRecorder, ["topic_recorder", "--ros-args", *ros_args])
 
 
+# `opolo-ros info`'s demonstration options (attribute: default), the run config's demos_* defaults
+INFO_DEFAULTS: dict[str, object] = {"topic": "", "joints": "", "fields": "position,velocity",
+                                    "episode_gap": 0.5, "obs_field": ""}
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from opolo_ros.info import NONE_READ, info_lines
 
     options = {"topic": args.topic, "joints": args.joints, "fields": args.fields,
                "episode_gap_s": args.episode_gap, "obs_field": args.obs_field}
-    lines = info_lines(Path(args.path), options)
+    given = [f"--{name.replace('_', '-')}" for name, default in INFO_DEFAULTS.items()
+             if getattr(args, name) != default]
+    lines = info_lines(Path(args.path), options, given)
     print("\n".join(lines))
     return 1 if any(line.startswith(NONE_READ) for line in lines) else 0  # no usable demonstrations
 
@@ -492,14 +499,15 @@ def build_parser() -> argparse.ArgumentParser:
                                       "actuators, control period) or a bag / .npz (topics, episodes) holds")
     inf.add_argument("path", help="a .onnx policy, a .xml MJCF model, a rosbag2 bag (folder or storage "
                                   "file), a folder of bags, or a .npz of episodes")
-    inf.add_argument("--topic", default="", help="demonstrations: the bag's topic (default: the "
-                                                 "demonstration topic, else the only observation topic)")
-    inf.add_argument("--joints", default="", help="demonstrations: JointState joint names in policy order")
-    inf.add_argument("--fields", default="position,velocity", help="demonstrations: JointState fields")
-    inf.add_argument("--episode-gap", dest="episode_gap", type=float, default=0.5,
+    inf.add_argument("--topic", default=INFO_DEFAULTS["topic"], help="demonstrations: the bag's topic "
+                     "(default: the demonstration topic, else the only observation topic)")
+    inf.add_argument("--joints", default=INFO_DEFAULTS["joints"],
+                     help="demonstrations: JointState joint names in policy order")
+    inf.add_argument("--fields", default=INFO_DEFAULTS["fields"], help="demonstrations: JointState fields")
+    inf.add_argument("--episode-gap", dest="episode_gap", type=float, default=INFO_DEFAULTS["episode_gap"],
                      help="demonstrations: seconds between messages that split a stream into episodes "
                           "(> 0; inf: gaps never split)")
-    inf.add_argument("--obs-field", dest="obs_field", default="",
+    inf.add_argument("--obs-field", dest="obs_field", default=INFO_DEFAULTS["obs_field"],
                      help="demonstrations of another message type: the fields that make the observation "
                           "(pose.pose,twist.twist for nav_msgs/Odometry)")
     inf.set_defaults(func=cmd_info)

@@ -18,11 +18,16 @@ from opolo_ros.data.demos import Episode
 NONE_READ = "  demonstrations: none read"  # the line for a bag the options make no episodes of
 
 
-def info_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
-    """The description of `path` by its kind: .onnx, .xml (MJCF), .npz, else a rosbag2 bag."""
+def info_lines(path: Path, demo_options: dict[str, object], given: Sequence[str] = ()) -> list[str]:
+    """The description of `path` by its kind: .onnx, .xml (MJCF), .npz, else a rosbag2 bag.
+    `given`: the demonstration options the user set (as `--topic`), refused for a policy or a model,
+    which they do not describe (a ValueError: they were ignored without a word)."""
     if not path.exists():
         raise FileNotFoundError(f"not found: {path}")
-    if path.suffix == ".onnx":
+    kind = {".onnx": "an ONNX policy", ".xml": "an MJCF model"}.get(path.suffix.lower(), "")
+    if kind and given:
+        raise ValueError(f"{', '.join(given)} select demonstrations in a bag or .npz; {path} is {kind}")
+    if path.suffix.lower() == ".onnx":
         return policy_lines(path)
     if path.suffix.lower() == ".xml":
         return mjcf_lines(path)
@@ -99,24 +104,35 @@ def _episode_lines(episodes: list[Episode]) -> list[str]:
 
 
 def demonstration_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
+    """A bag's topics, metadata and episodes; a folder of several bags: each bag's, then whether
+    they make one demonstration set (training's ``--demos FOLDER`` reads them as one)."""
+    if path.suffix == ".npz":
+        return [f"demonstration file {path}", *_read_lines(path, demo_options)]
+    from opolo_ros.data.bags import bag_topics, read_bag_metadata
+
+    lines, bags = [], bag_topics(path)
+    for bag, topics in bags:
+        lines.append(f"rosbag2 bag {bag}")
+        lines += [f"  {name} [{kind}]: {count} messages" for name, kind, count in topics]
+        if bag.is_dir():
+            custom = read_bag_metadata(bag)
+            lines += [f"  {key}: {value}" for key, value in sorted(custom.items())
+                      if key in ("env_id", "expert", "seed", "source", "interrupted")]
+        if len(bags) > 1:
+            lines += _read_lines(bag, demo_options)
+    if len(bags) == 1:
+        return lines + _read_lines(path, demo_options)
+    return [*lines, f"folder {path}, as one demonstration set (--demos {path}):",
+            *_read_lines(path, demo_options)]
+
+
+def _read_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
+    """The episodes read from `path` with the options, or that none were and why."""
     from opolo_ros.data.demos import load_episodes
 
-    lines = []
-    if path.suffix != ".npz":
-        from opolo_ros.data.bags import bag_topics, read_bag_metadata
-
-        for bag, topics in bag_topics(path):
-            lines.append(f"rosbag2 bag {bag}")
-            lines += [f"  {name} [{kind}]: {count} messages" for name, kind, count in topics]
-            if bag.is_dir():
-                custom = read_bag_metadata(bag)
-                lines += [f"  {key}: {value}" for key, value in sorted(custom.items())
-                          if key in ("env_id", "expert", "seed", "source", "interrupted")]
-    else:
-        lines.append(f"demonstration file {path}")
     try:
         episodes = load_episodes(path, **demo_options)  # type: ignore[arg-type]
     except ValueError as err:  # BagError: which topic or option would make it readable
-        return [*lines, f"{NONE_READ} ({err}) [here the options are --topic, --joints, --fields, "
-                        "--episode-gap, --obs-field]"]
-    return lines + _episode_lines(episodes)
+        return [f"{NONE_READ} ({err}) [here the options are --topic, --joints, --fields, "
+                "--episode-gap, --obs-field]"]
+    return _episode_lines(episodes)

@@ -65,6 +65,48 @@ def test_a_bag_lists_its_topics_metadata_and_episodes(capsys) -> None:
             "1001, 1001); returns 1000.0, 1000.0, 1000.0, 1000.0") in out
 
 
+
+def test_a_folder_of_bags_shows_each_bags_episodes_and_whether_they_make_one_set(capsys, tmp_path) -> None:
+    """`info models/demos` read the six tasks' bags as one set and said only "inconsistent" (a
+    walkthrough): each bag's episodes now follow its own lines, then whether the folder makes one
+    demonstration set, as `--demos FOLDER` reads it; status 1 only when it does not."""
+    import shutil
+
+    demos = ROOT / "models" / "demos"
+    mixed = tmp_path / "mixed"
+    for task in ("InvertedPendulum-v5", "Hopper-v5"):
+        shutil.copytree(demos / task, mixed / task)
+    out = info(capsys, str(mixed), status=1)
+    *bags, together = out.split(f"folder {mixed}, as one demonstration set (--demos {mixed}):\n")[0:2]
+    hopper, pendulum = bags[0].split("rosbag2 bag ")[1:]  # in name order
+    assert "env_id: Hopper-v5" in hopper and "4 episodes of obs_dim 11, " in hopper
+    assert "env_id: InvertedPendulum-v5" in pendulum and "4 episodes of obs_dim 4, 4000 " in pendulum
+    assert together.startswith("  demonstrations: none read (") and "inconsistent" in together
+    same = tmp_path / "same"
+    for copy in ("a", "b"):
+        shutil.copytree(demos / "InvertedPendulum-v5", same / copy)
+    out = info(capsys, str(same))
+    assert out.count("demonstrations: 4 episodes of obs_dim 4") == 2
+    eight = ", ".join(["1001"] * 8) + "); returns " + ", ".join(["1000.0"] * 8)
+    assert out.endswith(f"as one demonstration set (--demos {same}):\n  demonstrations: 8 episodes of "
+                        f"obs_dim 4, 8000 transitions (states per episode: {eight}\n")
+
+
+def test_demonstration_options_for_a_policy_or_a_model_are_refused(capsys, tmp_path) -> None:
+    """`info policy.onnx --topic /x` printed the policy and ignored the option without a word (a
+    walkthrough): options that select demonstrations are refused for what holds none (status 2)."""
+    expert = ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx"
+    assert cli.main(["info", str(expert), "--topic", "/x", "--episode-gap", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (f"opolo-ros info: error: --topic, --episode-gap select "
+                                               f"demonstrations in a bag or .npz; {expert} is an ONNX policy")
+    xml = tmp_path / "arm.xml"
+    xml.write_text('<mujoco><worldbody><body><joint name="j"/><geom size="0.1"/></body></worldbody>'
+                   '<actuator><motor joint="j"/></actuator></mujoco>')
+    assert cli.main(["info", str(xml), "--fields", "position"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"--fields select demonstrations in a bag or .npz; "
+                                                    f"{xml} is an MJCF model")
+    assert cli.main(["info", str(expert), "--fields", "position,velocity"]) == 0  # the default, said again
+
 def test_a_recording_cut_short_says_so(capsys, tmp_path) -> None:
     """An `opolo-ros record` stopped early writes the episodes that had ended and says so in the
     bag's metadata: `info` shows it beside the task, expert, seed and source (a mutation test)."""
