@@ -168,19 +168,27 @@ def expert_return(config: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", nargs="+", default=["Hopper-v5", "HalfCheetah-v5"])
-    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["opolo", "opolo-x"])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--at", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", nargs="+", default=["Hopper-v5", "HalfCheetah-v5"], metavar="ENV_ID",
+                   help="Gymnasium ids, each with config/<task>.yaml and models/demos/<task> (default: "
+                        "%(default)s)")
+    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["opolo", "opolo-x"],
+                   help="opolo-x: the same with opolo.lam=0 (default: %(default)s)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0],
+                   help="one run per seed (default: %(default)s)")
+    p.add_argument("--at", type=int, nargs="+", default=[100_000, 300_000, 1_000_000], metavar="STEPS",
+                   help="env steps the table reports; runs go to the largest (default: %(default)s)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a run config override for every run, as `opolo-ros train --set` (repeatable)")
     p.add_argument("--eval-every", type=int, help="evaluate this often (default: the smallest --at step)")
-    p.add_argument("--run-root", default="runs/bench_suite")
+    p.add_argument("--run-root", default="runs/bench_suite",
+                   help="run folders <task>_<variant>_seed<k> go here; rerunning resumes them (default: "
+                        "%(default)s)")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plots", help="folder for one learning-curve PNG per task")
     p.add_argument("--report", action="store_true",
                    help="run nothing: table and plots from what the run folders hold (runs under way too)")
-    p.add_argument("--after", type=int, default=300_000,
+    p.add_argument("--after", type=int, default=300_000, metavar="STEP",
                    help="also print each run's last evaluation, the range and mean of its "
                         "evaluations after this step, and its first evaluation at 0.90 or more")
     args = p.parse_args(argv)
