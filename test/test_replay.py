@@ -84,6 +84,29 @@ def test_expert_dataset_pairs_consecutive_states_within_each_episode():
     assert sampled == want  # every pair drawn, and nothing else
 
 
+
+def test_expert_samples_follow_the_datasets_seed_and_state_not_the_global_rng():
+    """The expert pairs a run draws depend on its seed and on the state its checkpoint saves, not on
+    what else drew from torch's global generator (network inits, the replay): draws between them
+    would change a resumed run's batches (a mutation test: sampling with the global RNG passed)."""
+    import torch
+
+    from opolo_ros.data.demos import Episode, ExpertDataset
+
+    episodes = [Episode(np.arange(40, dtype=np.float32).reshape(20, 2))]
+    first, second = ExpertDataset(episodes, obs_dim=2, seed=3), ExpertDataset(episodes, obs_dim=2, seed=3)
+    torch.manual_seed(0)
+    a = first.sample(16).obs
+    torch.manual_seed(1)
+    torch.rand(7)
+    assert torch.equal(second.sample(16).obs, a)
+    state = first.state_dict()
+    nxt = first.sample(16).obs
+    first.load_state_dict(state)
+    torch.rand(3)
+    assert torch.equal(first.sample(16).obs, nxt)
+    assert not torch.equal(ExpertDataset(episodes, obs_dim=2, seed=4).sample(16).obs, a)
+
 def test_an_episode_of_one_state_is_refused(tmp_path):
     """One state holds no (s, s') pair: it loaded, and episodes of one state each ended in a
     cryptic torch.randint error when the expert data was sampled (a mutation test)."""

@@ -6,6 +6,7 @@ import array
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -135,6 +136,19 @@ def test_a_batch_fingerprint_covers_every_column_of_its_rows() -> None:
     void = m.msg_to_replay(m.replay_to_msg(**arrays, seq=1, source=2, void=np.array([0, 1, 0, 0], bool)))
     assert void.fingerprint() != batch.fingerprint()
 
+
+
+def test_rows_that_do_not_fit_the_obs_dim_are_refused() -> None:
+    """A journal's rows read back under another obs_dim (a run resumed on another task's journal):
+    rows with no action columns left, or not a 2-D array, are a ValueError, not a batch of empty
+    actions or columns shifted into each other (a mutation test)."""
+    arrays = replay_arrays(n=4, obs_dim=3, act_dim=2)
+    rows = m.msg_to_replay(m.replay_to_msg(**arrays, seq=1, source=2)).rows()
+    assert m.ReplayBatch.from_rows(rows, 3, seq=1, source=2).action.shape == (4, 2)
+    for bad, obs_dim in ((rows, 4), (rows, 5), (rows[0], 3), (rows[None], 3)):  # 2*4 + 3: all 11 columns
+        with pytest.raises(ValueError, match=rf"replay rows of shape {re.escape(str(bad.shape))} do not fit "
+                                             rf"obs_dim {obs_dim}"):
+            m.ReplayBatch.from_rows(bad, obs_dim, seq=1, source=2)
 
 def test_demonstration_round_trip() -> None:
     obs = RNG.standard_normal((7, 3)).astype(np.float32)
