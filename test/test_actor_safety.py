@@ -776,6 +776,24 @@ def test_a_joint_state_reset_marker_is_neither_an_observation_nor_a_rejection(tm
         assert (rig.actor.actions, rig.actor.rejected_observations) == (1, 0)
 
 
+
+def test_a_reset_marker_restarts_the_time_feature_clock(tmp_path, ros_domain_id, ros_node):
+    """A deploy in simulation with a time-feature policy: the bridge resets its episode (and says so
+    with a reset marker, reset_markers:=true) while the actor's clock ran on from the last episode,
+    feeding the new episode's first states 1 - t/T of the old one's end. The marker restarts the
+    clock: the next command is the policy's at t = 0. The policy outputs 3 x its last input."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4 + [1.0], obs_dim=5, time_feature=True)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, joint_state=True, time_feature_clock=4,
+                       observation_timeout_s=60.0)
+    with graph:
+        for k in range(2):
+            rig.send(good_message(GOOD[k], True))
+        rig.obs_pub.publish(JointState())  # the episode ended
+        rig.send(good_message(GOOD[0], True))
+        assert rig.spin_until(lambda: len(rig.commands) >= 3), rig.commands
+    assert [v for _, v in rig.commands] == pytest.approx([3.0, 2.25, 3.0])
+    assert rig.actor.rejected_observations == 0
+
 def unbounded_policy(path: Path, gains: list[float] | None = None) -> Path:
     """A policy whose output overflows float32 for large inputs: gains[i] * sum(obs) for each
     action i (default one action, 1e38 * sum(obs))."""

@@ -28,7 +28,8 @@ Deploy safety
       expects its last input, 1 - t/T, which a JointState cannot hold: with
       ``time_feature_clock`` T > 0 the actor appends it from its own clock (t counts its
       commands, 0..T-1, then starts again; it restarts when observations return after the
-      watchdog), and the input holds the other
+      watchdog, and at a JointState reset marker, which a sim_bridge with ``reset_markers`` sends
+      as an episode ends), and the input holds the other
       ``obs_dim`` - 1 values; without it, the input must hold all ``obs_dim``. A spec that does
       not give the model's input (or a clock for a model trained without the feature) is refused
       at start-up (ParameterError, one line), and a policy of another size is refused when loaded.
@@ -594,7 +595,8 @@ class Actor(FinishableNode):
     def _on_joint_state(self, msg: JointState) -> None:
         start = perf_counter_ns()
         if not (len(msg.name) or len(msg.position) or len(msg.velocity) or len(msg.effort)):
-            return  # a reset marker (an episode boundary of a recording: sim_bridge reset_markers)
+            self._clock_t = 0  # a reset marker (sim_bridge reset_markers): the next state starts an episode
+            return
         try:
             obs = m.joint_state_to_obs(msg, self._spec, self._expected_obs_dim())
         except m.MessageError as err:
