@@ -17,6 +17,7 @@ of 7 runs at 4x, in 1 of 9 at 2x, in none of 5 at 1x.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -296,6 +297,34 @@ def test_hopper_expert_deployed_with_the_actors_time_feature_clock_matches_its_d
     assert returns[0] == pytest.approx(direct, rel=1e-6), (returns[0], direct, republished)
     assert direct > 3000
 
+
+
+def test_the_bridges_reset_markers_restart_the_deploy_actors_time_feature_clock(ros_domain_id, tmp_path):
+    """A time-feature policy deployed in simulation: after a fall the bridge's new episode ran on
+    the actor's clock of the old one (1 - t/T of its end at the new start). With reset_markers the
+    bridge marks each reset on the observation topic, and every episode's first input holds 1.0.
+    The policy pushes the cart at full force: the pendulum falls within a few dozen steps."""
+    from test_actor_safety import Spy
+    from test_nodes import onnx_policy
+
+    pushing = onnx_policy(tmp_path / "push.onnx", [0.0] * 5, bias=3.0, obs_dim=5, time_feature=True)
+    bridge_spec = NodeSpec("sim_bridge", "sim_bridge", parameters={
+        "env_id": "InvertedPendulum-v5", "seed": 1, "publish_replay": False, "action_timeout_s": 1.0,
+        "reset_markers": True})
+    actor_spec = deploy_actor(model=str(pushing), observation_topic="/observation", action_topic="/action",
+                              time_feature_clock="1000", observation_timeout_s="5.0", rate_hz="0")
+    with GraphRunner([bridge_spec, actor_spec], ros_domain_id) as graph:
+        bridge, actor = graph.nodes["sim_bridge"], graph.nodes["actor"]
+        spy = actor.current = dataclasses.replace(actor.current, runner=Spy(actor.current.runner))
+        assert graph.spin_until(lambda: bridge.episodes >= 3, timeout_s=60.0), bridge.steps
+        clock = [float(x[-1]) for x in spy.runner.inputs]
+    assert actor.rejected_observations == 0
+    restarts = [k for k, c in enumerate(clock) if c == 1.0]
+    assert len(restarts) >= 3 and restarts[0] == 0, clock
+    lengths = np.diff(restarts)
+    assert 2 < lengths.min() and lengths.max() < 100, lengths  # whole episodes, not one long clock
+    for start, end in zip(restarts, [*restarts[1:], len(clock)]):
+        np.testing.assert_allclose(clock[start:end], 1.0 - np.arange(end - start) / 1000, rtol=0, atol=1e-6)
 
 def test_a_time_feature_policy_deployed_without_the_clock_is_warned_of(ros_domain_id, tmp_path):
     """The Hopper expert takes 1 - t/T as its 12th input. Deployed without time_feature_clock the actor

@@ -150,6 +150,24 @@ def test_rows_that_do_not_fit_the_obs_dim_are_refused() -> None:
                                              rf"obs_dim {obs_dim}"):
             m.ReplayBatch.from_rows(bad, obs_dim, seq=1, source=2)
 
+
+def test_an_episodes_first_observation_is_marked_in_band_and_decodes_as_any_other() -> None:
+    """sim_bridge reset_markers: the first state of an episode carries a trailing stride-0
+    ``episode_start`` dim, set and cleared on the bridge's one preallocated message; a reader pops
+    it and decodes the observation; a message without it is left as it is."""
+    msg = m.make_observation_msg(3)
+    m.fill_observation_msg(msg, np.array([1.0, 2.0, 3.0], np.float32))
+    m.mark_episode_start(msg, True)
+    m.mark_episode_start(msg, True)  # once only
+    assert [d.label for d in msg.layout.dim] == ["obs", m.EPISODE_START_LABEL]
+    with pytest.raises(m.MessageError, match="layout must be empty or one dim"):
+        m.msg_to_observation(msg, 3)
+    assert m.pop_episode_start(msg) and not m.pop_episode_start(msg)
+    np.testing.assert_array_equal(m.msg_to_observation(msg, 3), [1.0, 2.0, 3.0])
+    m.mark_episode_start(msg, True)
+    m.mark_episode_start(msg, False)
+    assert [d.label for d in msg.layout.dim] == ["obs"]
+
 def test_demonstration_round_trip() -> None:
     obs = RNG.standard_normal((7, 3)).astype(np.float32)
     demo = m.msg_to_demonstration(m.demonstration_to_msg(obs, 1234.5, episode=3), obs_dim=3)

@@ -28,8 +28,8 @@ Deploy safety
       expects its last input, 1 - t/T, which a JointState cannot hold: with
       ``time_feature_clock`` T > 0 the actor appends it from its own clock (t counts its
       commands, 0..T-1, then starts again; it restarts when observations return after the
-      watchdog, and at a JointState reset marker, which a sim_bridge with ``reset_markers`` sends
-      as an episode ends), and the input holds the other
+      watchdog, at a JointState reset marker, and at an observation that starts an episode,
+      which a sim_bridge with ``reset_markers`` marks), and the input holds the other
       ``obs_dim`` - 1 values; without it, the input must hold all ``obs_dim``. A spec that does
       not give the model's input (or a clock for a model trained without the feature) is refused
       at start-up (ParameterError, one line), and a policy of another size is refused when loaded.
@@ -585,6 +585,8 @@ class Actor(FinishableNode):
     def _on_observation(self, msg: Float32MultiArray | Float64MultiArray) -> None:
         start = perf_counter_ns()
         seq = latency.pop_sequence(msg) if self.echo else None
+        if m.pop_episode_start(msg):  # the first state of an episode (sim_bridge reset_markers)
+            self._clock_t = 0
         try:
             obs = m.msg_to_observation(msg, self._expected_obs_dim())
         except m.MessageError as err:

@@ -126,7 +126,10 @@ PARAMETERS: dict[str, tuple] = {
                              "the joint states is then cut into episodes there (opolo-ros "
                              "record-topics; the demonstration reader's marker rule). Realtime mode "
                              "publishes the episode's last state before it (lockstep does not: a "
-                             "controller would answer that state)"),
+                             "controller would answer that state). On the observation topic, each "
+                             "episode's first state carries a trailing layout dim labelled "
+                             "'episode_start' (stride 0): a deploy actor's time-feature clock restarts "
+                             "at either"),
     "wait_for_controller": (False, "start stepping once a controller is matched: a publisher on the "
                                    "action topic and a subscriber of the observation or joint_states "
                                    "topic (a simulated robot that must not run its first seconds "
@@ -509,6 +512,8 @@ class SimBridge(FinishableNode):
         re-published observations included: a controller that reads only /joint_states waits
         for it)."""
         m.fill_observation_msg(self._obs_msg, self.obs)
+        if self.reset_markers:  # a deploy actor's time-feature clock restarts at an episode's first state
+            m.mark_episode_start(self._obs_msg, self.episode_len == 0)
         self._last_obs_pub = time.monotonic()
         self.obs_pub.publish(self._obs_msg)
         if self.joint_pub is not None:

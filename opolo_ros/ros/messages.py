@@ -249,6 +249,30 @@ def observation_to_msg(obs: np.ndarray | Sequence[float]) -> Float32MultiArray:
     return msg
 
 
+EPISODE_START_LABEL = "episode_start"  # a trailing stride-0 dim: this observation starts an episode
+
+
+def mark_episode_start(msg: Float32MultiArray, start: bool) -> None:
+    """Give an observation message the trailing ``episode_start`` dim (`start`) or take it away:
+    in-band, as a separate marker message would be lost to a keep-last-1 subscription behind the
+    state that follows it at once."""
+    dims = msg.layout.dim
+    marked = bool(dims) and dims[-1].stride == 0 and dims[-1].label == EPISODE_START_LABEL
+    if start and not marked:
+        dims.append(MultiArrayDimension(label=EPISODE_START_LABEL, size=0, stride=0))
+    elif marked and not start:
+        dims.pop()
+
+
+def pop_episode_start(msg: Float32MultiArray | Float64MultiArray) -> bool:
+    """Remove a trailing ``episode_start`` dim from `msg`'s layout; whether there was one."""
+    dims = msg.layout.dim
+    if len(dims) > 1 and dims[-1].stride == 0 and dims[-1].label == EPISODE_START_LABEL:
+        dims.pop()
+        return True
+    return False
+
+
 def make_observation_msg(obs_dim: int) -> Float32MultiArray:
     """A preallocated observation message (zeros) for :func:`fill_observation_msg`."""
     return observation_to_msg(np.zeros(obs_dim, dtype=np.float32))
