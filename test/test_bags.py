@@ -247,6 +247,20 @@ def test_float32_stream_split_by_gap_and_reset_marker(tmp_path: Path) -> None:
                                                  [*obs[8:10].tolist(), marker, *obs[10:].tolist()]]
 
 
+
+def test_an_observation_marked_episode_start_begins_an_episode(tmp_path: Path) -> None:
+    """A sim_bridge with reset_markers marks each episode's first state on its observation topic
+    with a trailing ``episode_start`` dim (in-band: the deploy actor's keep-last-1 subscription would
+    lose a marker message). A recording of that topic splits there, the marked state being the new
+    episode's first, with no time gap between the episodes; reset_marker=None ignores the mark."""
+    obs = np.arange(14, dtype=np.float32).reshape(7, 2)
+    msgs = _stream(obs)
+    for k in (0, 3):  # the first episode's first state is marked too
+        msgs[k] = (msgs[k][0], _multiarray(F32, obs[k], labels=("obs", "episode_start")))
+    bag = _write_stream(tmp_path / "stream", {"/observation": (F32, msgs)})
+    assert [ep.obs.tolist() for ep in read_demonstrations(bag)] == [obs[:3].tolist(), obs[3:].tolist()]
+    assert [len(ep.obs) for ep in read_demonstrations(bag, reset_marker=None)] == [7]
+
 def test_float64_stream_and_topic_choice(tmp_path: Path) -> None:
     obs = np.linspace(-1, 1, 12).reshape(4, 3)
     msgs = [(SEC + k * SEC // 10, _multiarray(F64, row)) for k, row in enumerate(obs)]

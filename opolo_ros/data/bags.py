@@ -44,12 +44,14 @@ Reading (:func:`read_demonstrations`)
       (equal or earlier ones are an error: a clock that restarted, two publishers, storage files
       out of order). It is cut into episodes (a) where the bag timestamps of two consecutive
       observations are more than `episode_gap_s` apart (default 0.5 s; None or inf disables),
-      (b) at a *reset marker*, and (c) at the end of each bag. A reset marker is a message that
+      (b) at a *reset marker*, (c) before a multi-array whose last layout dim is labelled
+      ``"episode_start"`` (the first state of an episode, as a sim_bridge with reset_markers marks
+      its observations), and (d) at the end of each bag. A reset marker is a message that
       carries no observation: a multi-array with no data (after ``data_offset``; an offset past
       the data is an error) or with a layout dim labelled ``"reset"``; a JointState with no joint
       names and no values (values without names are an error) or with ``header.frame_id ==
       "reset"``; with `obs_field`, an empty selected value. Markers are not observations. Pass
-      ``reset_marker=None`` to disable the label/frame_id rule (empty messages always separate:
+      ``reset_marker=None`` to disable the label/frame_id rules (empty messages always separate:
       they cannot be observations). A publisher ends an episode with e.g.
       ``Float32MultiArray(layout=MultiArrayLayout(dim=[MultiArrayDimension(label="reset")]))``.
       An episode needs at least 2 observations (one transition); a single one is an error (usually
@@ -88,6 +90,7 @@ STEPS_LABEL = "steps"
 OBS_LABEL = "obs"
 EPISODE_LABEL = "episode"
 RESET_LABEL = "reset"
+EPISODE_START_LABEL = "episode_start"  # an observation that starts an episode (sim_bridge reset_markers)
 DEFAULT_EPISODE_GAP_S = 0.5
 F32_MAX = float(np.finfo(np.float32).max)
 JOINT_FIELDS = ("position", "velocity", "effort")
@@ -462,6 +465,15 @@ def _observation(msg: Any, src: _Source, where: str, state: dict) -> np.ndarray 
     return data.astype(np.float64)
 
 
+def _starts_episode(msg: Any, src: _Source) -> bool:
+    """An observation multi-array whose last layout dim is ``episode_start``: the first state of an
+    episode (what a sim_bridge with reset_markers publishes on its observation topic)."""
+    if src.msgtype not in (F32_ARRAY, F64_ARRAY) or src.obs_field is not None:
+        return False
+    dims = msg.layout.dim
+    return bool(dims) and dims[-1].label == EPISODE_START_LABEL
+
+
 def _value_names(src: _Source | None, state: dict, size: int) -> list[str]:
     """What each value of an observation is: "velocity of hinge" for a JointState, else "value k"."""
     joints = None if src is None or src.msgtype != JOINT_STATE else src.joints or state.get("joints")
@@ -738,7 +750,10 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
             raise BagError(f"{where}: its time stamp is not after the previous message's ({t} <= {last_t} "
                            "ns): not one stream in time order (a clock that restarted, several "
                            "publishers on the topic, or the bag's storage files out of order)")
-        if last_t is not None and gap_ns is not None and t - last_t > gap_ns:
+        if src.reset_marker is not None and _starts_episode(msg, src):
+            close_episode(index)
+            start_index, gap_before = index, None
+        elif last_t is not None and gap_ns is not None and t - last_t > gap_ns:
             close_episode(index, t - last_t)
             start_index, gap_before = index, t - last_t
         current.append(obs)

@@ -78,6 +78,7 @@ from std_msgs.msg import (
     UInt8MultiArray,
 )
 
+from opolo_ros.data.bags import EPISODE_START_LABEL as EPISODE_START_LABEL  # a trailing stride-0 dim
 from opolo_ros.data.batches import VOID as VOID  # the batch types, re-exported with their codecs
 from opolo_ros.data.batches import ReplayBatch as ReplayBatch
 from opolo_ros.data.batches import SourceAck as SourceAck
@@ -249,7 +250,6 @@ def observation_to_msg(obs: np.ndarray | Sequence[float]) -> Float32MultiArray:
     return msg
 
 
-EPISODE_START_LABEL = "episode_start"  # a trailing stride-0 dim: this observation starts an episode
 
 
 def mark_episode_start(msg: Float32MultiArray, start: bool) -> None:
