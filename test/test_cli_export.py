@@ -162,12 +162,26 @@ def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, 
     moved = tmp_path / "elsewhere" / xml.name
     moved.parent.mkdir()
     xml.rename(moved)
+    from opolo_ros.sim.tasks import mjcf_joint_names
+
+    mjcf_joint_names.cache_clear()  # read while the file was there (another process's export reads anew)
     out = tmp_path / "out.onnx"
     assert cli.main(["export", str(checkpoint), str(out)]) == 0
     meta = load_policy(out).metadata
     assert (meta.env_id, meta.obs_dim, meta.act_dim, meta.time_feature) == (str(xml), 5, 1, True)
     assert (meta.action_low, meta.action_high) == ((-3.0,), (3.0,))
     assert meta.control_period_s == 0.02  # the file's timestep (one per step): from the checkpoint
+    # its joints too: the export without the file named none, and a deploy actor took them in any
+    # order (a walkthrough)
+    assert meta.joint_names == ("slider", "hinge") and "warning" not in capsys.readouterr().err
+
+    state = torch.load(checkpoint, weights_only=False)  # the joints not recorded yet: said
+    torch.save({**state, "policy_io": {k: v for k, v in state["policy_io"].items() if k != "joint_names"}},
+               checkpoint)
+    assert cli.main(["export", str(checkpoint), str(tmp_path / "nameless.onnx")]) == 0
+    assert load_policy(tmp_path / "nameless.onnx").metadata.joint_names == ()
+    assert (f"warning: the policy's metadata will not name its joints: the checkpoint does not record them "
+            f"and {xml} is not here") in capsys.readouterr().err
 
     state = torch.load(checkpoint, weights_only=False)  # sizes recorded, the period not yet
     torch.save({**state, "policy_io": {k: v for k, v in state["policy_io"].items()

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,14 +192,15 @@ def _load_error(exc: Exception) -> str:
 
 
 def policy_io(obs_dim: int, act_dim: int, action_low: Any, action_high: Any,
-              control_period_s: float) -> dict[str, Any]:
+              control_period_s: float, joint_names: Sequence[str] = ()) -> dict[str, Any]:
     """What a checkpoint records of its policy besides the networks (its "policy_io"): observation
-    and action sizes, action bounds and the control period (the env's dt, which the exported
-    policy's metadata carries for deployment), so that it exports without the environment (an MJCF
-    task's file need not be there)."""
+    and action sizes, action bounds, the control period (the env's dt, which the exported policy's
+    metadata carries for deployment) and an MJCF task's observed joints (its ``joint_names``, by
+    which a deploy actor checks the order of its `joints`), so that it exports without the
+    environment (an MJCF task's file need not be there)."""
     return {"obs_dim": int(obs_dim), "act_dim": int(act_dim),
             "action_low": [float(v) for v in action_low], "action_high": [float(v) for v in action_high],
-            "control_period_s": float(control_period_s)}
+            "control_period_s": float(control_period_s), "joint_names": [str(n) for n in joint_names]}
 
 
 def trainer_of(state: dict[str, Any]) -> str:

@@ -169,17 +169,27 @@ def check_demonstrations(cfg: RunConfig) -> None:
         env.close()
 
 
+def recorded_joints(env_id: str) -> tuple[str, ...]:
+    """The joints a policy of the task records (metadata ``joint_names``, a checkpoint's policy_io):
+    an MJCF task's observed joints, read from its file (() where it cannot be read); none for a
+    Gymnasium task, whose actor reads them from the task."""
+    return mjcf_joint_names(env_id) if is_mjcf(env_id) else ()
+
+
 def policy_metadata(cfg: RunConfig, *, training_step: int, version: int, trainer: str,
-                    control_period_s: float | None) -> dict[str, object]:
+                    control_period_s: float | None,
+                    joint_names: Sequence[str] | None = None) -> dict[str, object]:
     """The ONNX metadata a trained policy carries besides its dimensions and bounds (README "ONNX
     policy contract"), the same for both trainers. `control_period_s` (the env's dt; None: not
-    known, left out) tells a deploy actor the rate to command at."""
+    known, left out) tells a deploy actor the rate to command at; `joint_names` (None: the task
+    file's, :func:`recorded_joints`) the order of its observed joints."""
     meta: dict[str, object] = {"env_id": cfg.env_id, "training_step": training_step, "version": version,
                                "seed": cfg.seed, "source": f"opolo_ros {trainer} {cfg.algo}",
                                "time_feature": int(cfg.time_feature)}
     if control_period_s is not None:  # 12 digits: 0.002 * 5 is 0.01, not 0.010000000000000002
         meta["control_period_s"] = float(f"{control_period_s:.12g}")
-    if is_mjcf(cfg.env_id) and (names := mjcf_joint_names(cfg.env_id)):  # a deploy actor checks its joints
+    names = recorded_joints(cfg.env_id) if joint_names is None else joint_names
+    if is_mjcf(cfg.env_id) and names:  # a deploy actor checks its joints
         meta[JOINT_NAMES_KEY] = ",".join(names)
     return meta
 
@@ -292,23 +302,34 @@ def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path, state: dict |
     state = load_checkpoint(checkpoint) if state is None else state
     cfg = run_facts(cfg, state["config"])
     obs_dim, act_dim, scaler, period = policy_io_of(state, cfg, checkpoint)
+    joints = (state.get("policy_io") or {}).get("joint_names")  # None: a checkpoint from before it did
+    if joints is None or (not joints and is_mjcf(cfg.env_id)):
+        joints = recorded_joints(cfg.env_id)
+        if not joints and is_mjcf(cfg.env_id):
+            DirectTrainer._warn(f"the policy's metadata will not name its joints: the checkpoint does not "
+                                f"record them and {cfg.env_id} is not here (give it with --set "
+                                f"env_id=path/to/{Path(cfg.env_id).name}); a deploy actor cannot check the "
+                                "order of its joints against it")
     # on the CPU, where the checkpoint is loaded: a run trained on a GPU exports on a machine without one
     learner = make_learner(dataclasses.replace(cfg, device="cpu"), obs_dim, act_dim)
     restore_runner(_LearnerOnly(learner), state, restore_config(cfg, state["config"]), checkpoint,
                    "export it with the run's own config (the config.yaml next to it)")
     return export_actor(learner.actor, scaler, cfg, state["step"], out, trainer=trainer_of(state),
-                        control_period_s=period)
+                        control_period_s=period, joint_names=joints)
 
 
 def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, step: int, out: Path, *,
-                 control_period_s: float | None, trainer: str = "direct") -> Path:
+                 control_period_s: float | None, trainer: str = "direct",
+                 joint_names: Sequence[str] | None = None) -> Path:
     """The ONNX export of `actor` at env step `step` (checked; a failed check warns), its metadata
     naming the `trainer` that trained it: the direct loop's, or a checkpoint's (export_checkpoint),
-    and the control period it was trained at (None: not known, left out)."""
+    the control period it was trained at (None: not known, left out) and its joints (None: the
+    task file's)."""
     return export_policy_or_warn(actor, out, DirectTrainer._warn, action_low=scaler.low,
                                  action_high=scaler.high,
                                  metadata=policy_metadata(cfg, training_step=step, version=step,
-                                                          trainer=trainer, control_period_s=control_period_s))
+                                                          trainer=trainer, control_period_s=control_period_s,
+                                                          joint_names=joint_names))
 
 
 class DirectTrainer:
@@ -366,7 +387,7 @@ class DirectTrainer:
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "eval_due": self.eval_due,
             "policy_io": policy_io(self.learner.obs_dim, self.learner.act_dim, self.scaler.low,
-                                   self.scaler.high, self.control_period),
+                                   self.scaler.high, self.control_period, recorded_joints(self.cfg.env_id)),
         })
 
     def restore(self, path: Path | None = None) -> None:

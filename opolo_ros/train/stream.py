@@ -67,6 +67,7 @@ from opolo_ros.train.direct import (
     TrainResult,
     note_evaluation,
     policy_metadata,
+    recorded_joints,
     run_finished,
     seed_everything,
 )
@@ -599,7 +600,7 @@ class StreamTrainer:
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
             "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
             "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high,
-                                   self.control_period),
+                                   self.control_period, recorded_joints(self.cfg.env_id)),
         }, stop=stop)
         if not light:
             self._base_step = None
