@@ -11,6 +11,11 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
+def counted(n: int, word: str) -> str:
+    """`n` `word`s, in the singular for one ("1 value", "0 values", "2 joints")."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def short_repr(value: object, limit: int = 60) -> str:
     """`value`'s repr for a one-line error, cut at `limit` characters (a whole YAML section is not)."""
     text = repr(value)

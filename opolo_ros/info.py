@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from opolo_ros.data.demos import Episode
+from opolo_ros.errors import counted
 
 NONE_READ = "  demonstrations: none read"  # the line for a bag the options make no episodes of
 
@@ -34,11 +35,6 @@ def info_lines(path: Path, demo_options: dict[str, object], given: Sequence[str]
     return demonstration_lines(path, demo_options)
 
 
-def _count(n: int, word: str) -> str:
-    """`n` `word`s, in the singular for one ("1 value", "2 values")."""
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def _values(values: Sequence[float]) -> str:
     return "[" + ", ".join(f"{v:g}" for v in values) + "]"
 
@@ -47,15 +43,15 @@ def policy_lines(path: Path) -> list[str]:
     from opolo_ros.export.onnx_policy import REQUIRED_KEYS, load_policy
 
     meta = load_policy(path).metadata
-    inputs = _count(meta.obs_dim, "value")
+    inputs = counted(meta.obs_dim, "value")
     if meta.time_feature:
         inputs += (f" (the last is the time feature 1 - t/T: deploy with time_feature_clock:=T, the "
-                   f"training episode length, and {_count(meta.obs_dim - 1, 'observation value')})")
+                   f"training episode length, and {counted(meta.obs_dim - 1, 'observation value')})")
     lines = [f"ONNX policy {path}",
              f"  trained on: {meta.env_id} (step {meta.training_step}, version {meta.version}, "
              f"{meta.source})",
              f"  input 'obs': {inputs}",
-             f"  output 'action': {_count(meta.act_dim, 'value')} within low {_values(meta.action_low)}, "
+             f"  output 'action': {counted(meta.act_dim, 'value')} within low {_values(meta.action_low)}, "
              f"high {_values(meta.action_high)}"]
     extra = {k: v for k, v in meta.extra.items() if k not in REQUIRED_KEYS and k != "time_feature"}
     lines += [f"  {key}: {value}" for key, value in sorted(extra.items())]
@@ -73,9 +69,9 @@ def mjcf_lines(path: Path) -> list[str]:
     actuators = [mujoco.mj_id2name(env.model, mujoco.mjtObj.mjOBJ_ACTUATOR, a) or f"actuator{a}"
                  for a in range(env.model.nu)]
     lines = [f"MJCF model {path}",
-             f"  observation: {_count(2 * len(names), 'value')}: the positions of {', '.join(names)}, "
+             f"  observation: {counted(2 * len(names), 'value')}: the positions of {', '.join(names)}, "
              "then their velocities",
-             f"  action: {_count(len(actuators), 'value')}: "
+             f"  action: {counted(len(actuators), 'value')}: "
              + ", ".join(f"{a} [{lo:g}, {hi:g}]" for a, lo, hi in zip(actuators, low, high)),
              f"  control period: {env.dt:g} s ({1 / env.dt:g} Hz)",
              f"  JointState demonstrations / deploy: demos_joints:={','.join(names)} / "
@@ -92,7 +88,7 @@ def _episode_lines(episodes: list[Episode]) -> list[str]:
     said = (f"returns {', '.join(f'{r:.1f}' for r in returns)}" if known.size == returns.size
             else "returns unknown" if not known.size
             else f"returns {known.size} known, mean {known.mean():.1f}")
-    lines = [f"  demonstrations: {_count(len(episodes), 'episode')} of obs_dim {episodes[0].obs.shape[1]}, "
+    lines = [f"  demonstrations: {counted(len(episodes), 'episode')} of obs_dim {episodes[0].obs.shape[1]}, "
              f"{sum(lengths) - len(lengths)} transitions (states per episode: "
              f"{', '.join(map(str, lengths[:20]))}{', ...' if len(lengths) > 20 else ''}); {said}"]
     joints, fields = episodes[0].meta.get("joints"), episodes[0].meta.get("fields")

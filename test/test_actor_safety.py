@@ -241,7 +241,7 @@ def test_joint_state_spec_that_does_not_fit_the_model_is_refused_at_start_up(tmp
 
     if case == "fewer joints":
         model, joints = onnx_policy(tmp_path / "p.onnx", [0.0] * 4), ["slider"]
-        expect = r"give 2 values \(1 joints x 2 fields: position, velocity\), the policy .* has obs_dim 4$"
+        expect = r"give 2 values \(1 joint x 2 fields: position, velocity\), the policy .* has obs_dim 4$"
     else:  # InvertedPendulum trained with the time feature: 4 joint values + 1 - t/T
         model, joints = onnx_policy(tmp_path / "p.onnx", [0.0] * 5, obs_dim=5, time_feature=True), JOINTS
         expect = (r"give 4 values .* obs_dim 5; it was trained with time_feature: true, so its last "

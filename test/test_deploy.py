@@ -168,7 +168,7 @@ def test_joint_state_spec_that_does_not_fit_the_model_is_one_line_exit_2(ros_dom
     lines = [line for line in result.stderr.strip().splitlines()
              if not re.match(r"opolo-ros launch: \S+\.launch\.py with |\[INFO\]", line)]
     assert len(lines) == 1 and ": error: " in lines[0], result.stderr[-3000:]
-    assert "give 2 values (1 joints x 2 fields" in lines[0] and "has obs_dim 4" in lines[0], lines[0]
+    assert "give 2 values (1 joint x 2 fields" in lines[0] and "has obs_dim 4" in lines[0], lines[0]
 
 
 def realtime_specs(time_scale: float) -> list[NodeSpec]:

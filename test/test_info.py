@@ -185,6 +185,6 @@ def test_a_joint_state_bag_says_which_joints_and_fields_make_the_observation(cap
 
 def test_counts_are_plural_but_for_one() -> None:
     """"1 value", "0 values", "2 episodes" (a mutation test: zero was said in the singular)."""
-    from opolo_ros.info import _count
+    from opolo_ros.errors import counted
 
-    assert [_count(n, "value") for n in (0, 1, 2)] == ["0 values", "1 value", "2 values"]
+    assert [counted(n, "value") for n in (0, 1, 2)] == ["0 values", "1 value", "2 values"]

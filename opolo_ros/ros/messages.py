@@ -84,6 +84,7 @@ from opolo_ros.data.batches import ReplayBatch as ReplayBatch
 from opolo_ros.data.batches import SourceAck as SourceAck
 from opolo_ros.data.batches import replay_fields as replay_fields
 from opolo_ros.data.demos import MAX_TRAINING_ABS
+from opolo_ros.errors import counted
 from opolo_ros.ros import cdr
 
 UINT32_MAX = 2**32 - 1
@@ -654,8 +655,8 @@ class ObservationSpec:
 
     def describe_size(self) -> str:
         """Where the size comes from, e.g. '4 values (2 joints x 2 fields: position, velocity)'."""
-        return (f"{self.obs_dim} values ({len(self.joints)} joints x {len(self.fields)} fields: "
-                f"{', '.join(self.fields)})")
+        return (f"{counted(self.obs_dim, 'value')} ({counted(len(self.joints), 'joint')} x "
+                f"{counted(len(self.fields), 'field')}: {', '.join(self.fields)})")
 
 
 def joint_state_to_obs(msg: JointState, spec: ObservationSpec, obs_dim: int | None = None) -> np.ndarray:
