@@ -84,20 +84,23 @@ def _int_or(args: dict, name: str, fallback: object, where: str) -> int:
 
 def _check_episode_length(cfg, bridge_file: dict) -> None:
     """With the time feature, the bridge's episode length must be the learner's: the feature is
-    1 - t/T with the task's T in the demonstrations and the learner's evaluation."""
+    1 - t/T with the learner's T (the task's limit, or an MJCF robot's `max_episode_steps`) in the
+    demonstrations and the learner's evaluation."""
     steps = bridge_file.get("max_episode_steps", 0)
     if not cfg.time_feature or not isinstance(steps, int) or steps <= 0:
         return
+    from opolo_ros.sim.task_ids import is_mjcf
     from opolo_ros.sim.tasks import make_task_env, max_steps_of
 
-    env = make_task_env(cfg.env_id)
+    env = make_task_env(cfg.env_id, max_episode_steps=cfg.max_episode_steps)
     task_steps = max_steps_of(env)
     env.close()
     if steps != task_steps:
+        fix = ("set max_episode_steps for both (a /** key of the task file)" if is_mjcf(cfg.env_id) else
+               "leave it 0")
         raise ValueError(f"parameter sim_bridge.max_episode_steps ({steps}) with time_feature: the "
                          f"bridge's time feature would be 1 - t/{steps}, the learner's (demonstrations, "
-                         f"evaluation) 1 - t/{task_steps}, the task's limit; leave it 0 or turn "
-                         "time_feature off")
+                         f"evaluation) 1 - t/{task_steps}; {fix}, or turn time_feature off")
 
 
 def _check_timeouts(learner_file: dict, bridge_file: dict) -> None:
@@ -229,6 +232,7 @@ def describe(args: dict) -> list:
             "warmup_steps": cfg.schedule.warmup_steps, "exploration_noise": cfg.schedule.exploration_noise,
             "swap_delay": max_ahead}),
         NodeSpec("sim_bridge", "sim_bridge", namespace=ns, parameters={
+            "max_episode_steps": cfg.max_episode_steps,  # the learner's T (its file's own, if set, wins)
             **bridge_file, **shared, "time_feature": cfg.time_feature, "mode": "lockstep",
             "max_ahead": max_ahead, "policy_every": policy_every}),
     ]

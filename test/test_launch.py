@@ -211,6 +211,47 @@ def test_sim_train_refuses_a_bridge_episode_length_that_breaks_the_time_feature(
     lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"])
 
 
+
+def test_an_mjcf_robots_episode_length_is_one_key_for_the_learner_and_the_bridge(tmp_path):
+    """An MJCF robot trained with the time feature was tied to 1000 steps: the bridge's own
+    max_episode_steps was refused, and the learner had none (a walkthrough). The run config's
+    `max_episode_steps` (a /** key) is the learner's T, and the bridge's time limit unless its own
+    section sets another; a Gymnasium task keeps its own limit."""
+    pytest.importorskip("rclpy")
+    import logging
+
+    import numpy as np
+
+    from opolo_ros.algo.config import load_run_config
+    from opolo_ros.data.demos import Episode, save_npz
+    from opolo_ros.train.stream import StreamHooks, StreamTrainer
+
+    robot = tmp_path / "robot.xml"
+    robot.write_text('<mujoco><worldbody><body><joint name="j" type="hinge"/><geom size="0.1"/></body>'
+                     '</worldbody><actuator><motor joint="j" ctrlrange="-1 1"/></actuator></mujoco>')
+    demos = tmp_path / "demos.npz"
+    save_npz(demos, [Episode(np.zeros((5, 2), np.float32))])
+    path = tmp_path / "robot.yaml"
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {"max_episode_steps": 300}},
+                                    "learner": {"ros__parameters": {"time_feature": True}}}))
+    args = [f"env:={robot}", f"demos:={demos}", f"params_file:={path}", f"run_dir:={tmp_path / 'run'}"]
+    _, _, specs = lr.describe_launch("sim_train", args)
+    by_name = {s.name: s for s in specs}
+    assert by_name["sim_bridge"].parameters["max_episode_steps"] == 300
+    cfg = load_run_config(path, {"env_id": str(robot), "run_dir": str(tmp_path / "run")})
+    trainer = StreamTrainer(cfg, policy_every=10**6, hooks=StreamHooks(lambda *_: None, lambda: None,
+                                                                        logging.getLogger("T")))
+    assert (cfg.max_episode_steps, trainer.max_steps) == (300, 300)  # the time feature's T
+    trainer.close()
+    path.write_text(yaml.safe_dump({"learner": {"ros__parameters": {"time_feature": True,
+                                                                    "max_episode_steps": 300}},
+                                    "sim_bridge": {"ros__parameters": {"max_episode_steps": 200}}}))
+    with pytest.raises(ValueError, match=r"1 - t/200, .* 1 - t/300; set max_episode_steps for both"):
+        lr.describe_launch("sim_train", args)
+    with pytest.raises(ValueError, match=r"'max_episode_steps': sets an MJCF robot's time limit; Hopper-v5 "
+                                         r"keeps the task's own \(leave it 0\), got 300"):
+        load_run_config(None, {"env_id": "Hopper-v5", "max_episode_steps": 300})
+
 def test_node_parameters_precedence_and_namespaces(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({

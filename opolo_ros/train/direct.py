@@ -162,7 +162,7 @@ def check_demonstrations(cfg: RunConfig) -> None:
         return
     from opolo_ros.sim.tasks import make_task_env, max_steps_of
 
-    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature)
+    env = make_task_env(cfg.env_id, time_feature=cfg.time_feature, max_episode_steps=cfg.max_episode_steps)
     try:
         expert_data(cfg, int(env.observation_space.shape[0]), max_steps_of(env), env_joint_names(env))
     finally:

@@ -116,7 +116,8 @@ class StreamTrainer:
         if cfg.torch_threads > 0:
             torch.set_num_threads(cfg.torch_threads)
         seed_everything(cfg.seed)
-        self.env = make_task_env(cfg.env_id, seed=cfg.seed, time_feature=cfg.time_feature)
+        self.env = make_task_env(cfg.env_id, seed=cfg.seed, time_feature=cfg.time_feature,
+                                 max_episode_steps=cfg.max_episode_steps)
         self.obs_dim = int(self.env.observation_space.shape[0])
         self.act_dim = int(self.env.action_space.shape[0])
         self.max_steps = max_steps_of(self.env)
