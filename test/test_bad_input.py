@@ -99,6 +99,9 @@ CASES = {
                                            "looks like a plain run config"),
     "evaluate on an MJCF file": Case(("evaluate", "{expert_onnx}", "--env-id", "{tmp}/robot.xml"),
                                      "evaluate needs a Gymnasium task id"),
+    "evaluate on an id whose module is missing": Case(  # ModuleNotFoundError's traceback before
+        ("evaluate", "{expert_onnx}", "--env-id", "nosuchmod:Foo-v0"),
+        "cannot create environment 'nosuchmod:Foo-v0': No module named 'nosuchmod'"),
     "train on an MJCF file": Case(("train", "--env-id", "{tmp}/robot.xml", "--run-dir", "{tmp}/mjcf_run"),
                                   "the direct loop trains Gymnasium tasks, not an MJCF file"),
     "record-topics existing output": Case(("record-topics", "/x", "-o", "{tmp}"),
@@ -337,6 +340,27 @@ def test_a_launch_refused_by_the_learner_leaves_the_run_folder_alone(tmp_path, r
         assert sorted(p.name for p in run.iterdir()) == [".lock"]
     finally:
         lock.release()
+
+
+def test_a_launch_whose_learner_refuses_the_run_folder_writes_no_launch_record(tmp_path, ros_domain_id):
+    """The learner refuses to resume a checkpoint.pt that is none (its one-line error ends the
+    launch): the folder is left as it was, with no launch_params.yaml claiming the launch as the
+    run's record (a mutation test)."""
+    from opolo_ros.launch_runner import run_launch
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    launch = tmp_path / "learn.launch.py"
+    launch.write_text("from opolo_ros.launch_runner import NodeSpec\n"
+                      "ARGUMENTS = []\n"
+                      "def describe(args):\n"
+                      "    return [NodeSpec('learner', 'learner', exit_ends_launch=True, parameters={\n"
+                      f"        'env_id': 'InvertedPendulum-v5', 'algo': 'td3', 'run_dir': {str(run)!r},\n"
+                      "        'progress': False})]\n")
+    result = run_launch(str(launch), [], ros_domain_id)
+    assert "checkpoint.pt is a text file, not a checkpoint" in str(result.learner.error)
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "checkpoint.pt"]
 
 
 def test_record_stopped_removes_the_folders_it_made(tmp_path, monkeypatch):

@@ -114,8 +114,8 @@ def make_env(env_id: str, seed: int | None = None, time_feature: bool = False, *
     """Create a Gymnasium env by id, with a clear error for an unknown id."""
     try:
         env = gym.make(env_id, **kwargs)
-    except gym.error.Error as exc:
-        raise ValueError(f"cannot create environment '{env_id}': {exc}") from exc
+    except (gym.error.Error, ImportError) as exc:  # ImportError: a 'module:Env-v0' id's module
+        raise ValueError(f"cannot create environment '{env_id}': {' '.join(str(exc).split())}") from exc
     if not isinstance(env.action_space, gym.spaces.Box):
         raise ValueError(f"environment '{env_id}' has a non-continuous action space")
     if time_feature:
