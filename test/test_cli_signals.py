@@ -352,3 +352,53 @@ def test_a_swallowed_interrupt_stops_the_launch_graph_at_once(tmp_path, ros_doma
     elapsed = time.monotonic() - start
     assert result.returncode == 130, (result.returncode, result.stderr)
     assert elapsed < 30.0, f"the graph ran on for {elapsed:.0f} s"
+
+
+def test_a_second_signal_while_the_launch_graph_closes_aborts_it(tmp_path, ros_domain_id,
+                                                                 monkeypatch) -> None:
+    """`opolo-ros launch`: the first SIGINT stops the graph, a second one while its nodes close
+    aborts at once (KeyboardInterrupt: status 130) rather than being swallowed while a node's close
+    takes its time; the other nodes are still closed and the handlers restored (a mutation test).
+    A node that signals itself stands in for the user: the first signal from a timer, the second
+    from its close, which would otherwise take 10 s."""
+    import types
+
+    pytest.importorskip("rclpy")
+    from opolo_ros.launch_runner import NODE_CLASSES, run_launch
+    from opolo_ros.nodes.common import FinishableNode
+
+    closed = []
+
+    class SignalledTwice(FinishableNode):
+        def __init__(self, node_name: str = "twice", **kwargs) -> None:
+            super().__init__(node_name, **kwargs)
+            self.first = self.create_timer(0.3, self._signal) if node_name == "twice" else None
+
+        def _signal(self) -> None:
+            self.first.cancel()
+            os.kill(os.getpid(), signal.SIGINT)
+
+        def close(self) -> None:
+            closed.append(self.get_name())
+            if self.first is not None:
+                os.kill(os.getpid(), signal.SIGINT)
+                deadline = time.monotonic() + 10.0
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)  # Python runs the handler between these
+
+    module = types.ModuleType("opolo_test_twice")
+    module.SignalledTwice = SignalledTwice
+    monkeypatch.setitem(sys.modules, "opolo_test_twice", module)
+    monkeypatch.setitem(NODE_CLASSES, "twice", "opolo_test_twice:SignalledTwice")
+    launch = tmp_path / "twice.launch.py"
+    launch.write_text("from opolo_ros.launch_runner import NodeSpec\n"
+                      "ARGUMENTS = []\n"
+                      "def describe(args):\n"
+                      "    return [NodeSpec('twice', 'other'),\n"
+                      "            NodeSpec('twice', 'twice', exit_ends_launch=True)]\n")
+    before = signal.getsignal(signal.SIGINT)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_launch(str(launch), [], ros_domain_id)
+    assert time.monotonic() - start < 8.0
+    assert sorted(closed) == ["other", "twice"] and signal.getsignal(signal.SIGINT) is before

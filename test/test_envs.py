@@ -187,3 +187,83 @@ def test_demonstration_joints_must_follow_the_models_order():
     with pytest.raises(ValueError, match="foot_joint,thigh_joint names Hopper-v5's joints in another order "
                                          "than the model's, thigh_joint,foot_joint"):
         check_joint_order(["foot_joint", "thigh_joint"], model, "Hopper-v5")
+
+
+FREE_AND_HINGE = """<mujoco>
+  <worldbody>
+    <body name="base"><freejoint name="float"/><geom size="0.1"/>
+      <body><joint name="hinge" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0 0 0.5" size="0.05" mass="1"/></body>
+    </body>
+  </worldbody>
+  <actuator><motor joint="hinge" ctrlrange="-2 2" ctrllimited="true"/></actuator>
+</mujoco>
+"""
+
+
+def test_an_mjcf_task_observes_commands_and_resets_as_its_model_says(tmp_path):
+    """The generic MJCF task: a hinge after a free joint is observed at its own velocity (its qvel
+    address is not its qpos address), a free joint left out is named, a command beyond the
+    ctrlrange is clipped to it, the reset noise moves velocities too, and the time limit given is
+    the task's (a mutation test)."""
+    from opolo_ros.sim.tasks import max_steps_of
+
+    (tmp_path / "floating.xml").write_text(FREE_AND_HINGE)
+    env = make_task_env(str(tmp_path / "floating.xml"), max_episode_steps=50)
+    assert max_steps_of(env) == 50  # (not the MJCF default, 1000)
+    base = env.unwrapped
+    assert any("free/ball joint(s) ['float'] are not observed" in note for note in base.notes), base.notes
+    obs, _ = env.reset(seed=3)
+    assert obs[1] != 0.0 and obs[1] == np.float32(base.data.qvel[6])  # the hinge's velocity, with reset noise
+    base.data.qvel[:] = np.arange(7.0)
+    assert base._obs()[1] == 6.0  # dof 6 (qpos 7 is a quaternion of the free joint's)
+    env.step(np.array([100.0]))
+    assert base.data.ctrl.tolist() == [2.0]  # clipped to the ctrlrange
+
+
+def test_an_mjcf_task_without_actuators_is_refused_and_an_unloadable_one_has_no_period(tmp_path):
+    """An MJCF model with nothing to command is refused by name; a file MuJoCo cannot load gives no
+    control period (a model left behind) rather than an error (a mutation test)."""
+    from opolo_ros.sim.tasks import task_control_period
+
+    (tmp_path / "passive.xml").write_text(PENDULUM.split("<actuator>")[0] + "</mujoco>\n")
+    with pytest.raises(ValueError, match=r"passive.xml has no actuators: nothing for a policy to command"):
+        make_task_env(str(tmp_path / "passive.xml"))
+    (tmp_path / "broken.xml").write_text("<mujoco><worldbody><body></mujoco>")
+    assert task_control_period(str(tmp_path / "broken.xml")) is None
+    assert task_control_period(mjcf(tmp_path, 1.0)) == pytest.approx(0.01)
+
+
+def test_a_continued_run_resets_from_a_seed_of_its_own_step(tmp_path):
+    """A run that goes on in a new process at another step draws other initial states than at its
+    start and than at any other step (a mutation test)."""
+    from opolo_ros.sim.tasks import continuation_seed
+
+    seeds = {continuation_seed(7, step) for step in (0, 1000, 2000)}
+    assert len(seeds) == 3 and continuation_seed(7, 1000) == continuation_seed(7, 1000)
+    assert 7 not in seeds
+
+
+def test_a_mix_of_model_and_robot_joint_names_is_not_checked_for_order():
+    """`demos_joints` naming some model joints and some a robot's own are a mapping the order check
+    cannot judge: they are taken as given, not refused nor a KeyError (a mutation test)."""
+    from opolo_ros.sim.tasks import check_joint_order, reordered_joints
+
+    model = ("rootx", "rootz", "rooty", "thigh_joint", "leg_joint", "foot_joint")
+    assert reordered_joints(["foot_joint", "elbow", "thigh_joint"], model) is None
+    check_joint_order(["foot_joint", "elbow", "thigh_joint"], model, "Hopper-v5")
+
+
+def test_a_joint_state_bag_of_a_task_with_the_time_feature_is_read_by_the_models_joints(tmp_path):
+    """With the time feature the observation is one longer than the joints' positions and
+    velocities: the bag is still read by the model's joint names (a mutation test)."""
+    from test_bags import JS, SEC, _joint_state, _write_stream
+
+    from opolo_ros.algo.config import load_run_config
+    from opolo_ros.sim.tasks import demo_joints
+
+    msgs = [(SEC + k * 10_000_000, _joint_state(["hinge", "slider"], [0.0, 0.1], [0.0, 0.0]))
+            for k in range(5)]
+    bag = _write_stream(tmp_path / "robot", {"/joint_states": (JS, msgs)})
+    cfg = load_run_config(None, {"env_id": "InvertedPendulum-v5", "demos": str(bag), "time_feature": True})
+    assert demo_joints(cfg, ("slider", "hinge"), 5) == "slider,hinge"

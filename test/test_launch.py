@@ -381,3 +381,26 @@ def test_a_launch_file_that_fails_to_load_is_one_line(tmp_path):
     text.write_text("hello")
     with pytest.raises(ValueError, match=r"notes.txt is not a launch file"):
         lr.find_launch_file(str(text))
+
+
+def test_a_launch_file_without_its_arguments_or_describe_is_one_line(tmp_path):
+    """A Python file that is no launch file of ours (no ARGUMENTS, or no describe()) is refused by
+    what it lacks when loaded, not an AttributeError later (a mutation test)."""
+    (tmp_path / "bare.launch.py").write_text("def describe(args):\n    return []\n")
+    with pytest.raises(ValueError, match=r"bare.launch.py has no ARGUMENTS \(see opolo_ros.launch_runner\)"):
+        lr.load_launch_module(tmp_path / "bare.launch.py")
+    (tmp_path / "args.launch.py").write_text("ARGUMENTS = []\n")
+    with pytest.raises(ValueError, match=r"args.launch.py has no describe"):
+        lr.load_launch_module(tmp_path / "args.launch.py")
+
+
+@pytest.mark.parametrize("text,kind,match", [
+    ("true", int, r"'n': expected an integer, got 'true'"),
+    ("false", float, r"'n': expected a number, got 'false'"),
+    ("3", bool, r"'n': expected true or false, got '3'"),
+])
+def test_a_launch_argument_of_another_type_is_refused(text, kind, match):
+    """A bool is no number: `episodes:=true` was taken as 1 (a mutation test)."""
+    with pytest.raises(ValueError, match=match):
+        lr.typed_value(text, kind, "launch argument 'n'")
+    assert lr.typed_value("2", float, "n") == 2.0 and lr.typed_value("true", bool, "n") is True

@@ -527,6 +527,84 @@ def test_demo_player_alone_reads_a_joint_state_bag_by_its_tasks_joint_names(tmp_
         GraphRunner([player(env_id="NoSuchTask-v0")], ros_domain_id)
 
 
+def test_demo_player_passes_its_bag_keys_and_makes_no_task_for_other_demonstrations(tmp_path, ros_domain_id):
+    """The player's `episode_gap_s` splits an observation stream (not the default 0.5 s); with
+    `bag_fields` other than position,velocity a JointState bag is read in its first message's
+    order, not by the model's joint names; and a bag that is no JointState (the project's own
+    layout) is played without making `env_id`'s task, which need not exist on this machine (an MJCF
+    file left behind) (a mutation test)."""
+    from test_bags import F32, JS, SEC, _joint_state, _stream, _write_stream
+
+    from opolo_ros.data.bags import write_demonstrations
+    from opolo_ros.data.demos import Episode
+
+    def played(demos: Path, **params: object) -> list:
+        spec = NodeSpec("demo_player", "demo_player", parameters={"demos": str(demos), **params})
+        with GraphRunner([spec], ros_domain_id) as graph:
+            return graph.nodes["demo_player"].episodes
+
+    obs = np.arange(8, dtype=np.float32).reshape(4, 2)
+    stream = _write_stream(tmp_path / "stream", {"/observation": (F32, _stream(obs, dt=SEC))})  # 1 s apart
+    with pytest.raises(ValueError, match=r"more than the episode gap 0.5 s"):  # every state alone
+        played(stream)
+    (episode,) = played(stream, episode_gap_s=2.0)
+    np.testing.assert_array_equal(episode.obs, obs)
+    msgs = [(SEC + k * 10_000_000, _joint_state(["hinge", "slider"], [0.1 * k, 0.2], [0.3, 0.4]))
+            for k in range(3)]
+    joints = _write_stream(tmp_path / "joints", {"/joint_states": (JS, msgs)})
+    (episode,) = played(joints, env_id=ENV, bag_fields="velocity,position")
+    np.testing.assert_allclose(episode.obs[2], [0.3, 0.4, 0.2, 0.2], rtol=1e-6)  # hinge, slider
+    own = write_demonstrations(tmp_path / "own", [Episode(obs, 1.0, {})])
+    (episode,) = played(own, env_id=str(tmp_path / "absent" / "robot.xml"))
+    np.testing.assert_array_equal(episode.obs, obs)
+
+
+@pytest.mark.parametrize("executable,params,match", [
+    ("demo_player", {"demos": ""}, r"parameter 'demos' \(the bag or .npz to play\) is required"),
+    ("demo_player", {"demos": "x.npz", "num_demos": -1}, r"'num_demos' must be >= 0, got -1"),
+    ("demo_recorder", {"seed": -2}, r"'seed' must be >= 0 \(or -1: not known\), got -2"),
+    ("demo_recorder", {"output": "{tmp}"}, r"already exists; refusing to overwrite a bag"),
+    ("demo_recorder", {"storage": "zip"}, r"'storage' must be one of \('mcap', 'sqlite3'\), got 'zip'"),
+    ("demo_recorder", {"episodes": 0}, r"'episodes' must be >= 1, got 0"),
+    ("demo_recorder", {"skip_terminated": True, "episodes": 3, "max_tries": 2},
+     r"'max_tries' \(2\) must be at least 'episodes' \(3\)"),
+])
+def test_player_and_recorder_refuse_parameters_they_cannot_run_with_naming_them(tmp_path, ros_domain_id,
+                                                                                executable, params, match):
+    """Refused when the node starts, by the parameter's name: not a bag that fails to be written at
+    the end of a recording, an overwritten bag, nor a player that plays nothing (a mutation test)."""
+    base = {"output": str(tmp_path / "bag")} if executable == "demo_recorder" else {}
+    params = {k: str(tmp_path) if v == "{tmp}" else v for k, v in params.items()}
+    spec = NodeSpec(executable, executable, parameters={**base, **params})
+    with pytest.raises(ValueError, match=match):
+        GraphRunner([spec], ros_domain_id)
+
+
+def test_recorder_keeps_to_the_first_source_and_records_seed_0(tmp_path, ros_domain_id, ros_node):
+    """Another replay source's transitions (a second bridge) do not go into the recording, and a
+    seed of 0 is recorded in the bag's metadata like any other (a mutation test)."""
+    from opolo_ros.data.bags import read_bag_metadata
+
+    other = np.full((4, 2), 50.0, dtype=np.float32)
+    intruder = m.replay_to_msg(other[:3], np.zeros((3, 1)), other[1:], np.ones(3), np.zeros(3),
+                               np.array([0.0, 0.0, 1.0]), seq=0, source=8)
+    run_recorder(tmp_path, ros_domain_id, ros_node, [replay_episode(0), intruder, replay_episode(1)],
+                 episodes=2, seed=0)
+    episodes = read_demonstrations(tmp_path / "bag")
+    assert len(episodes) == 2 and all(np.array_equal(ep.obs, EPISODE_STATES) for ep in episodes)
+    assert read_bag_metadata(tmp_path / "bag")["seed"] == "0"  # (metadata values are strings)
+
+
+def test_a_description_with_one_node_name_twice_is_refused(tmp_path, ros_domain_id):
+    """Two nodes of one name in one namespace: refused by name before any starts (one would be kept
+    and the other never closed: its bag never written) (a mutation test)."""
+    specs = [NodeSpec("demo_recorder", "demo_recorder", parameters={"output": str(tmp_path / f"bag{k}")})
+             for k in range(2)]
+    with pytest.raises(ValueError, match=r"duplicate node names in the description: \['/demo_recorder', "
+                                         r"'/demo_recorder'\]"):
+        GraphRunner(specs, ros_domain_id)
+
+
 class FakeLearner:
     """The learner's side of flow control, by hand: receives replay, publishes progress with the
     acknowledgements the test sets (every 0.1 s unless paused), and answers each observation."""

@@ -174,6 +174,79 @@ def test_bad_arguments_are_one_line_and_status_2(ros_domain_id, tmp_path):
     assert result.stderr.count("\n") == 1 and "--bogus" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("params,match", [
+    ({"storage": "zip"}, r"parameter 'storage' must be one of \('mcap', 'sqlite3'\), got 'zip'"),
+    ({"duration_s": -1.0}, r"parameter 'duration_s' must be between 0 and 1e\+09 s, got -1.0"),
+    ({"flush_period_s": -0.5}, r"parameter 'flush_period_s' must be between 0 and 1e\+09 s, got -0.5"),
+    ({"max_messages": -1}, r"parameter 'max_messages' must be >= 0, got -1"),
+])
+def test_the_node_refuses_parameters_it_cannot_record_with_naming_them(ros_domain_id, tmp_path, params,
+                                                                        match):
+    """The node program's own checks (record-topics checks its options before): refused by name when
+    it starts, nothing written (a mutation test)."""
+    from opolo_ros.launch_runner import GraphRunner, NodeSpec
+
+    spec = NodeSpec("topic_recorder", "topic_recorder",
+                    parameters={"topics": ["/x"], "output": str(tmp_path / "b"), **params})
+    with pytest.raises(ValueError, match=match):
+        GraphRunner([spec], ros_domain_id)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_message_types_and_the_qos_every_publisher_offers():
+    """A type that is no message (a service's, a typo's kind) is refused by name, not taken from
+    the package's messages; a topic is reliable (or latched) only if every publisher offers it, so a
+    best-effort publisher is heard too (a mutation test)."""
+    from types import SimpleNamespace
+
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    from opolo_ros.data.bags import BagError
+    from opolo_ros.nodes.topic_recorder import _all, message_class
+
+    assert message_class(FLOATS).__name__ == "Float64MultiArray"
+    for msgtype in ("std_msgs/srv/String", "std_msgs/String"):
+        with pytest.raises(BagError, match=r"not a message type: .* \(expected package/msg/Name\)"):
+            message_class(msgtype)
+
+    def info(reliability, durability=DurabilityPolicy.VOLATILE) -> SimpleNamespace:
+        profile = QoSProfile(depth=10, reliability=reliability, durability=durability)
+        return SimpleNamespace(qos_profile=profile)
+
+    reliable, best_effort = info(ReliabilityPolicy.RELIABLE), info(ReliabilityPolicy.BEST_EFFORT)
+    assert _all([reliable, reliable], "reliability", ReliabilityPolicy.RELIABLE)
+    assert not _all([reliable, best_effort], "reliability", ReliabilityPolicy.RELIABLE)
+    assert not _all([best_effort, reliable], "reliability", ReliabilityPolicy.RELIABLE)
+    assert not _all([], "reliability", ReliabilityPolicy.RELIABLE)
+    latched = info(ReliabilityPolicy.RELIABLE, DurabilityPolicy.TRANSIENT_LOCAL)
+    assert not _all([latched, reliable], "durability", DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def test_duration_s_ends_a_recording_that_waited_past_a_topics_subscribers(ros_node, ros_domain_id, tmp_path):
+    """A topic with only a subscriber so far has no type to record from: the recorder waits (it
+    did not fail the topic); once a publisher comes it records, and `duration_s` after that first
+    subscription the recording ends, the bag complete (a mutation test)."""
+    from std_msgs.msg import Float64MultiArray
+
+    from opolo_ros.launch_runner import GraphRunner, NodeSpec
+
+    ros_node.create_subscription(Float64MultiArray, "/obs", lambda _msg: None, 10)
+    spec = NodeSpec("topic_recorder", "topic_recorder",
+                    parameters={"topics": ["/obs"], "output": str(tmp_path / "b"), "duration_s": 0.5,
+                                "storage": "mcap"})
+    with GraphRunner([spec], ros_domain_id) as graph:
+        node = graph.nodes["topic_recorder"]
+        assert graph.spin_until(lambda: "/obs" in dict(node.get_topic_names_and_types()), timeout_s=20.0)
+        graph.spin_until(lambda: False, timeout_s=0.6)  # three discovery periods with only a subscriber
+        assert not node.finished.is_set() and node.error is None and not node._skipped
+        ros_node.create_publisher(Float64MultiArray, "/obs", 10)
+        assert graph.spin_until(lambda: "/obs" in node._recorded, timeout_s=20.0)
+        started = time.monotonic()
+        assert graph.spin_until(node.finished.is_set, timeout_s=10.0)
+        assert time.monotonic() - started < 5.0 and node.error is None
+    assert (tmp_path / "b" / "metadata.yaml").is_file()
+
+
 def test_a_topic_that_never_appears_fails_after_the_discovery_timeout_and_writes_nothing(ros_domain_id,
                                                                                           tmp_path):
     result = subprocess.run([OPOLO_ROS, "record-topics", "/nobody", "-o", "new/b",
