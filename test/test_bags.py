@@ -237,6 +237,7 @@ def test_float32_stream_split_by_gap_and_reset_marker(tmp_path: Path) -> None:
     assert [ep.obs.tolist() for ep in got] == [obs[:3].tolist(), obs[3:6].tolist(), obs[6:8].tolist(),
                                                obs[8:10].tolist(), obs[10:].tolist()]
     assert all(math.isnan(ep.ret) for ep in got) and got[0].meta["topic"] == "/observation"
+    assert all(ep.meta["period_s"] == pytest.approx(0.01) for ep in got)  # 10 ms between states
     # without gap splitting, only the markers separate
     assert [len(ep.obs) for ep in read_demonstrations(bag, episode_gap_s=None)] == [6, 2, 2, 2]
     # a larger gap threshold keeps the 1.98 s pause inside one episode

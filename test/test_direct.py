@@ -1551,3 +1551,16 @@ def test_progress_acknowledges_a_batch_only_after_its_journal_record_is_synced(t
     for k in (k for k, step in enumerate(order) if step == "progress"):
         last_append = max(j for j in range(k) if order[j] == "appended")
         assert "sync" in order[last_append + 1:k], order
+
+
+def test_a_run_on_demonstrations_recorded_at_another_rate_warns(tmp_path, capsys):
+    """InvertedPendulum-v5 steps every 0.04 s; a stream of its states recorded at 200 Hz trained it
+    without a word (a walkthrough): the run says both rates as it starts."""
+    from test_bags import SEC, _stream, _write_stream
+
+    rng = np.random.default_rng(0)
+    bag = _write_stream(tmp_path / "fast", {"/state": ("std_msgs/msg/Float32MultiArray", _stream(
+        rng.normal(scale=0.01, size=(40, 4)), dt=SEC // 200))})
+    DirectTrainer(small_cfg(tmp_path, bag, total_steps=20, num_demos=0)).train()
+    assert ("warning: the demonstrations' states come every 0.005 s (200 Hz), the task's control step is "
+            "0.04 s (25 Hz)") in capsys.readouterr().err

@@ -144,7 +144,9 @@ def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> No
     assert "/a [std_msgs/msg/Float32MultiArray]: 3 messages" in out
     assert "demonstrations: none read (" in out and "several observation topics" in out
     assert "[here the options are --topic, --joints, --fields, --episode-gap, --obs-field]" in out
-    assert "demonstrations: 1 episode of obs_dim 2, 3 transitions" in info(capsys, str(two), "--topic", "/b")
+    out = info(capsys, str(two), "--topic", "/b")
+    assert "demonstrations: 1 episode of obs_dim 2, 3 transitions" in out
+    assert "\n  recorded at 100 Hz (a state every 0.01 s, the median)\n" in out  # the task's rate?
     out = info(capsys, str(two), "--topic", "/b", "--episode-gap", "0", status=1)
     assert "episode_gap_s must be a number of seconds > 0 (inf: gaps never split), got 0.0" in out
 

@@ -500,10 +500,11 @@ def test_demo_player_reads_a_robot_bag_with_the_task_files_bag_keys(tmp_path, ro
     np.testing.assert_array_equal(episode.obs, want)
 
 
-def test_demo_player_alone_reads_a_joint_state_bag_by_its_tasks_joint_names(tmp_path, ros_domain_id):
+def test_demo_player_alone_reads_a_joint_state_bag_by_its_tasks_joint_names(tmp_path, ros_domain_id, capfd):
     """Started alone it knew no task and took the first message's order (hinge before slider: a
     swapped observation). Given `env_id` it reads by the model's joint names as the graph does; a
-    bag without them is refused saying what to give, and a task that does not exist is refused."""
+    bag without them is refused saying what to give, and a task that does not exist is refused.
+    States recorded at 100 Hz for the pendulum's 25 Hz step are warned of (a walkthrough)."""
     sys.path.insert(0, str(ROOT / "test"))
     from test_bags import JS, SEC, _joint_state, _write_stream
 
@@ -518,6 +519,8 @@ def test_demo_player_alone_reads_a_joint_state_bag_by_its_tasks_joint_names(tmp_
     with GraphRunner([player(env_id=ENV)], ros_domain_id) as graph:
         (episode,) = graph.nodes["demo_player"].episodes
     np.testing.assert_allclose(episode.obs[2], [0.04, 0.02, 0.2, 0.1], rtol=1e-6)  # slider, hinge
+    assert ("the demonstrations' states come every 0.01 s (100 Hz), the task's control step is 0.04 s "
+            "(25 Hz)") in capfd.readouterr().err
     other = [(SEC + k * 10_000_000, _joint_state(["shoulder", "elbow"], [0.0, 0.1], [0.0, 0.0]))
              for k in range(5)]
     bag = _write_stream(tmp_path / "arm", {"/joint_states": (JS, other)})

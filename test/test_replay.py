@@ -173,3 +173,21 @@ def test_an_npz_without_returns_gives_unknown_returns_not_zero(tmp_path):
     episodes = load_npz(path)
     assert [len(ep.obs) for ep in episodes] == [3, 4]
     assert all(np.isnan(ep.ret) for ep in episodes) and np.isnan(mean_return(episodes))
+
+
+def test_demonstrations_recorded_at_another_rate_than_the_task_are_said():
+    """A robot's /joint_states recorded at 200 Hz trained a 100 Hz model without a word: each (s, s')
+    pair spanned half a control step (a walkthrough). The note names both rates; within 10 %, or
+    where either is unknown (an .npz, the demonstration layout), there is none."""
+    from opolo_ros.data.demos import Episode, rate_note, recorded_period
+
+    def recorded(*periods):
+        return [Episode(np.zeros((3, 2), np.float32), meta={"period_s": p}) for p in periods]
+
+    assert recorded_period(recorded(0.005, 0.005, 0.006)) == 0.005 and recorded_period(recorded()) is None
+    note = rate_note(recorded(0.005, 0.005), 0.01)
+    assert note.startswith("the demonstrations' states come every 0.005 s (200 Hz), the task's control "
+                           "step is 0.01 s (100 Hz): each (s, s') pair spans 0.5 control steps")
+    assert rate_note(recorded(0.0105), 0.01) is None and rate_note(recorded(0.0115), 0.01) is not None
+    assert rate_note(recorded(0.005), None) is None
+    assert rate_note([Episode(np.zeros((3, 2), np.float32))], 0.01) is None

@@ -668,6 +668,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
     against the digest written with the bag (MCAP chunks as rosbags writes them carry no CRC)."""
     episodes: list[Episode] = []
     current: list[np.ndarray] = []
+    stamps: list[int] = []  # the bag time stamps of `current`'s messages
     start_index = 0
     demo_mode: bool | None = None
     last_t: int | None = None
@@ -676,7 +677,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
     earlier = False  # an episode (or a lone state) of this bag before the one being closed
 
     def close_episode(index: int, gap_after: int | None = None, last: bool = False) -> None:
-        nonlocal current, earlier
+        nonlocal current, stamps, earlier
         if not current:
             return
         first, earlier = not earlier, True  # the bag's first episode: reset markers before it do not count
@@ -684,7 +685,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
             # A recording that began one step before an episode's end, or stopped one step after
             # a reset: one state of an episode that is not in the bag (no transition, nothing lost)
             state["lone"] = state.get("lone", 0) + 1
-            current = []
+            current, stamps = [], []
             return
         if len(current) < 2:
             gaps = [f"{where} a gap of {gap / 1e9:.9g} s" for where, gap in
@@ -695,12 +696,13 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
             raise BagError(f"{bag}: {topic}: the episode at message {start_index} has 1 observation; "
                            f"an episode needs at least 2 (T+1 >= 2){hint}")
         obs32 = np.asarray(current, dtype=np.float32)  # in range: _check_obs
-        meta = dict(base_meta, start_message=start_index, messages=index - start_index)
+        meta = dict(base_meta, start_message=start_index, messages=index - start_index,
+                    period_s=float(np.median(np.diff(stamps))) / 1e9)  # the interval between states
         try:
             episodes.append(Episode(obs32, float("nan"), meta))
         except ValueError as err:  # a value beyond what training takes: the data's, not the bag's fault
             raise BagError(f"{bag}: {topic}: the episode from message {start_index}: {err}") from None
-        current = []
+        current, stamps = [], []
 
     index = 0
     for index, (_, t, raw) in enumerate(reader.messages(connections=conns)):
@@ -757,6 +759,7 @@ def _episodes(reader: Any, conns: list, store: Any, src: _Source, bag: Path, top
             close_episode(index, t - last_t)
             start_index, gap_before = index, t - last_t
         current.append(obs)
+        stamps.append(t)
         last_t = t
     close_episode(index + 1, last=True)
     return episodes

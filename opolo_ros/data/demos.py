@@ -131,3 +131,26 @@ def load_episodes(path: str | Path, topic: str = "", joints: str = "",
     return read_demonstrations(path, topic=topic or None, joints=split_names(joints) or None,
                                fields=split_names(fields), episode_gap_s=episode_gap_s,
                                obs_field=split_names(obs_field) or None)
+
+
+def recorded_period(episodes: list[Episode]) -> float | None:
+    """The seconds between recorded states (the median of the episodes' own, which a stream bag's
+    reader measures from its time stamps); None for demonstrations that do not say (an .npz, the
+    project's demonstration layout)."""
+    periods = [float(ep.meta["period_s"]) for ep in episodes if ep.meta.get("period_s")]
+    return float(np.median(periods)) if periods else None
+
+
+def rate_note(episodes: list[Episode], control_period_s: float | None) -> str | None:
+    """A warning when the demonstrations' states were recorded at another rate than the task's
+    control step (more than 10 % off): each (s, s') pair then spans another time than a policy's
+    step, and OPOLO imitates transitions the policy cannot make. None when they agree or either is
+    not known."""
+    period = recorded_period(episodes)
+    if period is None or not control_period_s or abs(period / control_period_s - 1.0) <= 0.1:
+        return None
+    return (f"the demonstrations' states come every {period:.4g} s ({1 / period:.4g} Hz), the task's "
+            f"control step is {control_period_s:.4g} s ({1 / control_period_s:.4g} Hz): each (s, s') pair "
+            f"spans {period / control_period_s:.3g} control steps. Record them at the task's rate (a "
+            "bag's time stamps are its recorder's clock: a simulation run faster than real time is "
+            "recorded faster)")

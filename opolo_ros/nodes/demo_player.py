@@ -14,12 +14,12 @@ from typing import Any
 from std_msgs.msg import Float32MultiArray
 
 from opolo_ros.algo.config import RunConfig
-from opolo_ros.data.demos import Episode, load_episodes
+from opolo_ros.data.demos import Episode, load_episodes, rate_note
 from opolo_ros.errors import one_line
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import DEMONSTRATIONS_DEPTH, qos_for
-from opolo_ros.sim.tasks import demo_joints, env_joint_names, make_task_env
+from opolo_ros.sim.tasks import demo_joints, env_joint_names, make_task_env, task_control_period
 
 PARAMETERS: dict[str, tuple] = {
     "demos": ("", "rosbag2 bag folder, storage file, folder of bags, or .npz"),
@@ -58,6 +58,9 @@ class DemoPlayer(FinishableNode):
                              f"joint names, {joints}: a bag whose joints are named otherwise needs "
                              "bag_joints:=<its names of those joints, in that order>)") from None
         self.episodes: list[Episode] = episodes[:count] if count else episodes
+        rate = rate_note(self.episodes, task_control_period(p["env_id"]) if p["env_id"] else None)
+        if rate:
+            self.get_logger().warning(f"{rate} ({p['env_id']})")
         if len(self.episodes) > DEMONSTRATIONS_DEPTH:
             self.get_logger().warning(f"{len(self.episodes)} episodes but the topic keeps the last "
                                       f"{DEMONSTRATIONS_DEPTH} for late subscribers")

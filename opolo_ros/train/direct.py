@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
-from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes, split_names
+from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes, rate_note, split_names
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import JOINT_NAMES_KEY, export_policy_or_warn
 from opolo_ros.signals import stop_on_signals
@@ -471,6 +471,9 @@ class DirectTrainer:
         untrained = untrained_warning(self.cfg, self.schedule)
         if untrained:
             self._warn(untrained)
+        rate = rate_note(self.demos, self.control_period)
+        if rate:
+            self._warn(rate)
         lock = RunFolderLock(self.run_dir).acquire()
         try:
             return self._train(resume)
