@@ -40,20 +40,23 @@ def _values(values: Sequence[float]) -> str:
 
 
 def policy_lines(path: Path) -> list[str]:
-    from opolo_ros.export.onnx_policy import REQUIRED_KEYS, load_policy
+    from opolo_ros.export.onnx_policy import REQUIRED_KEYS, TIME_FEATURE_STEPS_KEY, load_policy
 
     meta = load_policy(path).metadata
     inputs = counted(meta.obs_dim, "value")
     if meta.time_feature:
-        inputs += (f" (the last is the time feature 1 - t/T: deploy with time_feature_clock:=T, the "
-                   f"training episode length, and {counted(meta.obs_dim - 1, 'observation value')})")
+        clock = (f"time_feature_clock:={meta.time_feature_steps}, T the training episode length,"
+                 if meta.time_feature_steps else "time_feature_clock:=T, the training episode length,")
+        inputs += (f" (the last is the time feature 1 - t/T: deploy with {clock} and "
+                   f"{counted(meta.obs_dim - 1, 'observation value')})")
     lines = [f"ONNX policy {path}",
              f"  trained on: {meta.env_id} (step {meta.training_step}, version {meta.version}, "
              f"{meta.source})",
              f"  input 'obs': {inputs}",
              f"  output 'action': {counted(meta.act_dim, 'value')} within low {_values(meta.action_low)}, "
              f"high {_values(meta.action_high)}"]
-    extra = {k: v for k, v in meta.extra.items() if k not in REQUIRED_KEYS and k != "time_feature"}
+    extra = {k: v for k, v in meta.extra.items()
+             if k not in REQUIRED_KEYS and k not in ("time_feature", TIME_FEATURE_STEPS_KEY)}
     lines += [f"  {key}: {value}" for key, value in sorted(extra.items())]
     return lines
 

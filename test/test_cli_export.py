@@ -281,3 +281,27 @@ def test_evaluate_stamp_records_the_tasks_control_period_where_the_model_has_non
     assert "control period" not in capsys.readouterr().out
     meta = load_policy(other).metadata
     assert (meta.control_period_s, meta.extra["eval_episodes"]) == (None, "1")
+
+
+def test_a_time_feature_policy_records_its_T_for_the_deploy_clock(tmp_path: Path) -> None:
+    """A deploy actor must be told T of the time feature 1 - t/T (time_feature_clock): the metadata
+    did not say it, and `info` and the actor's hints said "1000 for the Gymnasium MuJoCo tasks",
+    wrong for a robot with its own max_episode_steps. The policy now records it: a Gymnasium task's
+    limit, an MJCF robot's max_episode_steps, none without the time feature; the shipped time-feature
+    experts carry theirs (stamped: 1000)."""
+    from opolo_ros.train.direct import policy_metadata
+
+    def meta(**values: object) -> dict:
+        return policy_metadata(load_run_config(None, values), training_step=1, version=1, trainer="t",
+                               control_period_s=None)
+
+    robot = tmp_path / "arm.xml"
+    robot.write_text('<mujoco><worldbody><body><joint name="j" type="hinge"/><geom size="0.1"/></body>'
+                     '</worldbody><actuator><motor joint="j" ctrlrange="-1 1"/></actuator></mujoco>')
+    assert meta(env_id="Hopper-v5", time_feature=True)["time_feature_steps"] == 1000
+    assert meta(env_id="Swimmer-v5", time_feature=True)["time_feature_steps"] == 1000
+    assert meta(env_id=str(robot), time_feature=True, max_episode_steps=300)["time_feature_steps"] == 300
+    assert meta(env_id=str(robot), time_feature=True)["time_feature_steps"] == 1000
+    assert "time_feature_steps" not in meta(env_id="Hopper-v5")
+    for name in ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5"):
+        assert load_policy(ROOT / "models" / "experts" / f"{name}.onnx").metadata.time_feature_steps == 1000

@@ -355,7 +355,8 @@ def test_a_time_feature_policy_deployed_without_the_clock_is_warned_of(ros_domai
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=30)[0]
     assert "was trained with time_feature: true: its last input is 1 - t/T" in out, out
-    assert "set time_feature_clock to the training episode length" in out, out
+    assert "set time_feature_clock to 1000 (the training episode length, in the policy's metadata)" \
+        in out, out
     assert re.search(r"observation dropped \(\d+ so far\): .*obs size is 11, this node expects 12 \(the "
                      r"policy takes the time feature as its last input: time_feature_clock\?\)", out), out
 

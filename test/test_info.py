@@ -22,12 +22,12 @@ def test_a_policy_names_its_task_inputs_and_bounds(capsys) -> None:
     out = info(capsys, str(ROOT / "models" / "experts" / "Hopper-v5.onnx"))
     assert "trained on: Hopper-v5 (step " in out
     assert ("input 'obs': 12 values (the last is the time feature 1 - t/T: deploy with "
-            "time_feature_clock:=T, the training episode length, and 11 observation values)") in out
+            "time_feature_clock:=1000, T the training episode length, and 11 observation values)") in out
     assert "output 'action': 3 values within low [-1, -1, -1], high [1, 1, 1]" in out
     # its other metadata, the rate to deploy at first (a mutation test: they were left out unseen);
     # the time feature is said above, not again as a line of its own
     assert "\n  control_period_s: 0.008\n" in out and "\n  eval_return_mean: " in out
-    assert "time_feature:" not in out
+    assert "time_feature:" not in out and "time_feature_steps" not in out
 
 
 def test_an_mjcf_model_lists_the_joints_actuators_and_control_period(capsys, tmp_path) -> None:

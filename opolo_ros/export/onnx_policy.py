@@ -44,6 +44,7 @@ REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "t
 # existed, the shipped experts among them, lack it.
 CONTROL_PERIOD_KEY = "control_period_s"
 JOINT_NAMES_KEY = "joint_names"  # an MJCF robot's observed joints, comma-separated, in the policy's order
+TIME_FEATURE_STEPS_KEY = "time_feature_steps"  # T of a time-feature policy's 1 - t/T (the episode limit)
 # ORT and PyTorch use different kernels (GEMM blocking, tanh approximation). The exported graph is
 # checked against the exact (float64) evaluation of the PyTorch policy: on each verification input
 # it may be off by VERIFY_TOL plus ROUNDING_FACTOR times PyTorch's own float32 error on that input.
@@ -106,6 +107,14 @@ class PolicyMetadata:
             except (ValueError, TypeError):
                 pass
         return tuple(name.strip() for name in value.split(",")) if value else ()
+
+    @property
+    def time_feature_steps(self) -> int | None:
+        """T of the time feature 1 - t/T the policy was trained with (its training episode limit,
+        the deploy actor's ``time_feature_clock``); None when the model does not say (no time
+        feature, or exported before the key existed) or says something that is no count."""
+        value = str(self.extra.get(TIME_FEATURE_STEPS_KEY, "")).strip()
+        return int(value) if value.isdigit() and int(value) > 0 else None
 
     @property
     def control_period_s(self) -> float | None:

@@ -159,6 +159,14 @@ def _reason(err: Exception, expected: type) -> str:
 
 
 
+def _clock_hint(meta: PolicyMetadata) -> str:
+    """What to set ``time_feature_clock`` to for a time-feature policy: the T its metadata records,
+    else the usual one."""
+    steps = meta.time_feature_steps
+    return (f"{steps} (the training episode length, in the policy's metadata)" if steps else
+            "the training episode length (1000 for the Gymnasium MuJoCo tasks)")
+
+
 def _task_joints(env_id: str) -> tuple[str, ...]:
     """The observed joints of a Gymnasium task's model, for a policy exported without its own
     ``joint_names`` (the shipped experts); () where the task cannot be made here. Imported here
@@ -443,8 +451,7 @@ class Actor(FinishableNode):
                 + f", the policy {origin} has obs_dim {meta.obs_dim}")
         if meta.time_feature and not self._extra and spec.obs_dim + 1 == meta.obs_dim:
             text += ("; it was trained with time_feature: true, so its last input is 1 - t/T: set "
-                     "time_feature_clock to the training episode length (1000 for the Gymnasium "
-                     "MuJoCo tasks) and the actor appends it")
+                     f"time_feature_clock to {_clock_hint(meta)} and the actor appends it")
         return text
 
     def _rate_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
@@ -516,8 +523,8 @@ class Actor(FinishableNode):
                 self.get_logger().warning(
                     f"the policy {loaded.origin} was trained with time_feature: true: its last input is "
                     "1 - t/T, which the observations must then carry; a robot's state does not: set "
-                    "time_feature_clock to the training episode length (1000 for the Gymnasium MuJoCo "
-                    "tasks) and the actor appends it", once=True)
+                    f"time_feature_clock to {_clock_hint(loaded.metadata)} and the actor appends it",
+                    once=True)
             mismatch = self._rate_mismatch(loaded.metadata, loaded.origin)
             if mismatch and loaded.metadata.control_rate_hz != self._rate_warned:  # once per rate
                 self._rate_warned = loaded.metadata.control_rate_hz

@@ -215,6 +215,18 @@ def make_task_env(env_id: str, seed: int | None = None, time_feature: bool = Fal
     return make_env(env_id, seed=seed, time_feature=time_feature, **kwargs)
 
 
+def time_limit(env_id: str, max_episode_steps: int = 0) -> int | None:
+    """A task's episode time limit without making its env (the time feature's T): an MJCF robot's
+    `max_episode_steps` or 1000, a Gymnasium task's registered one (None for an id not registered
+    here)."""
+    if is_mjcf(env_id):
+        return max_episode_steps or DEFAULT_MJCF_STEPS
+    try:
+        return gym.spec(env_id).max_episode_steps or DEFAULT_MJCF_STEPS
+    except (gym.error.Error, ImportError):
+        return None
+
+
 def max_steps_of(env: gym.Env) -> int:
     """The episode time limit of an env made by :func:`make_task_env`."""
     spec_steps = env.spec.max_episode_steps if env.spec is not None else None

@@ -28,7 +28,7 @@ from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes, rate_note, split_names
 from opolo_ros.data.replay import ReplayBuffer
-from opolo_ros.export.onnx_policy import JOINT_NAMES_KEY, export_policy_or_warn
+from opolo_ros.export.onnx_policy import JOINT_NAMES_KEY, TIME_FEATURE_STEPS_KEY, export_policy_or_warn
 from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
@@ -50,6 +50,7 @@ from opolo_ros.sim.tasks import (
     env_joint_names,
     mjcf_joint_names,
     task_control_period,
+    time_limit,
     with_joints_hint,
 )
 from opolo_ros.train.checkpoint import (
@@ -188,6 +189,9 @@ def policy_metadata(cfg: RunConfig, *, training_step: int, version: int, trainer
                                "time_feature": int(cfg.time_feature)}
     if control_period_s is not None:  # 12 digits: 0.002 * 5 is 0.01, not 0.010000000000000002
         meta["control_period_s"] = float(f"{control_period_s:.12g}")
+    steps = time_limit(cfg.env_id, cfg.max_episode_steps) if cfg.time_feature else None
+    if steps:  # the T of its time feature, 1 - t/T: a deploy actor's time_feature_clock
+        meta[TIME_FEATURE_STEPS_KEY] = steps
     names = recorded_joints(cfg.env_id) if joint_names is None else joint_names
     if is_mjcf(cfg.env_id) and names:  # a deploy actor checks its joints
         meta[JOINT_NAMES_KEY] = ",".join(names)
