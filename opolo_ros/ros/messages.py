@@ -266,9 +266,10 @@ def mark_episode_start(msg: Float32MultiArray, start: bool) -> None:
 
 
 def pop_episode_start(msg: Float32MultiArray | Float64MultiArray) -> bool:
-    """Remove a trailing ``episode_start`` dim from `msg`'s layout; whether there was one."""
-    dims = msg.layout.dim
-    if len(dims) > 1 and dims[-1].stride == 0 and dims[-1].label == EPISODE_START_LABEL:
+    """Remove a trailing ``episode_start`` dim from `msg`'s layout; whether there was one (False for
+    what is no multi-array: the decoder that comes next rejects it)."""
+    dims = getattr(getattr(msg, "layout", None), "dim", None)
+    if dims is not None and len(dims) > 1 and dims[-1].stride == 0 and dims[-1].label == EPISODE_START_LABEL:
         dims.pop()
         return True
     return False
