@@ -49,6 +49,8 @@ ARGUMENTS = [
     LaunchArg("namespace", "", "namespace of all nodes (their relative topics: observation, action, "
                                "policy_version); /opolo/* topics stay shared"),
     LaunchArg("total_steps", "", "environment steps (transitions) of the run; empty = the file's"),
+    LaunchArg("max_episode_steps", "", "an MJCF robot's time limit in steps (the learner's and the "
+                                       "bridge's, the time feature's T); empty = the file's, else 1000"),
     LaunchArg("run_dir", "", "run folder (policy, logs, checkpoint); empty = the file's run_dir + "
                              "'-graph' (kept apart from the direct loop's runs); with env:= of "
                              "another task than the file's, or an MJCF file the file gives no "
@@ -162,7 +164,7 @@ def describe(args: dict) -> list:
     ns = args["namespace"]
     params_file = resolve_path(args["params_file"]) or task_params_file(args["env"] or DEFAULT_ENV)
     overrides = {"env_id": args["env"]} if args["env"] else {}
-    for key in ("seed", "total_steps", "run_dir", "num_demos"):
+    for key in ("seed", "total_steps", "run_dir", "num_demos", "max_episode_steps"):
         if args[key] != "":
             overrides[key] = yaml_value(args[key])
     for key in ("demos_topic", "demos_joints", "demos_fields"):
@@ -190,6 +192,8 @@ def describe(args: dict) -> list:
             run_dir = f"runs/opolo/{Path(env).stem if is_mjcf(env) else env}"
         overrides["run_dir"] = run_dir.rstrip("/") + "-graph"
     bridge_file = node_parameters(params_file, "sim_bridge", ns)
+    if args["max_episode_steps"] != "":  # the argument sets both, over what the file gives the bridge
+        bridge_file["max_episode_steps"] = overrides["max_episode_steps"]
     if is_mjcf(env) and not (args["demos"] or learner_file.get("demos") or player_file.get("demos")):
         raise ValueError(f"an MJCF task ({env}) needs demonstrations: demos:=<a bag of its states> "
                          "(README, 'Your own robot model')")

@@ -243,6 +243,8 @@ def test_an_mjcf_robots_episode_length_is_one_key_for_the_learner_and_the_bridge
                                                                         logging.getLogger("T")))
     assert (cfg.max_episode_steps, trainer.max_steps) == (300, 300)  # the time feature's T
     trainer.close()
+    _, _, specs = lr.describe_launch("sim_train", [*args, "max_episode_steps:=250"])  # the launch argument
+    assert {s.name: s for s in specs}["sim_bridge"].parameters["max_episode_steps"] == 250
     path.write_text(yaml.safe_dump({"learner": {"ros__parameters": {"time_feature": True,
                                                                     "max_episode_steps": 300}},
                                     "sim_bridge": {"ros__parameters": {"max_episode_steps": 200}}}))
