@@ -798,7 +798,8 @@ def test_committed_messages_in_a_write_ahead_log_are_read(tmp_path: Path) -> Non
         "os.kill(os.getpid(), 9)\n")
     subprocess.run([sys.executable, "-c", writer], check=False)
     assert Path(f"{db}-wal").stat().st_size > 0
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:  # closed: a connection
+        # left open kept the log in place whatever the reader did (a mutation test)
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 8
     for path in (db, bag):
         (episode,) = read_demonstrations(path)
@@ -858,3 +859,200 @@ def test_a_value_beyond_what_training_takes_is_said_so_not_called_corruption(tmp
         read_demonstrations(bag)
     assert "/x: the episode from message 0: episode observation 2 has 1e+11 at index 1, beyond +-1e+10" \
         in str(err.value) and "corrupt" not in str(err.value)
+
+
+
+def _demo_message(dims, offset: int, data: np.ndarray):
+    """A Float32MultiArray of the plain values demonstration_layout gives."""
+    dim = [TS.types["std_msgs/msg/MultiArrayDimension"](label=lab, size=n, stride=st) for lab, n, st in dims]
+    layout = TS.types["std_msgs/msg/MultiArrayLayout"](dim=dim, data_offset=offset)
+    return TS.types[F32](layout=layout, data=data)
+
+
+def test_the_demonstration_layout_refuses_what_its_message_cannot_carry(tmp_path: Path) -> None:
+    """demonstration_layout refuses one state, an inf return and an episode index beyond uint32, and
+    write_demonstrations says so for an inf return in one line (not json's "Out of range float") and
+    creates nothing (a mutation test)."""
+    from opolo_ros.data.bags import demonstration_layout
+
+    obs = np.zeros((2, 3), np.float32)
+    assert demonstration_layout(obs, 1.0, 2**32 - 1)[0][2] == ("episode", 2**32 - 1, 0)
+    for args, what in (((obs[:1], 1.0, 0), r"T\+1 >= 2"), ((obs, math.inf, 0), "must be finite"),
+                       ((obs, 1.0, 2**32), "fit uint32"), ((obs, 1.0, -1), "fit uint32")):
+        with pytest.raises(BagError, match=what):
+            demonstration_layout(*args)
+    with pytest.raises(BagError, match=r"episode return must be finite in float32, or NaN \(unknown\); "
+                                       r"got inf"):
+        write_demonstrations(tmp_path / "inf", [Episode(obs, math.inf)])
+    assert not (tmp_path / "inf").exists()
+
+
+def test_a_demonstration_message_of_another_offset_or_episode_stride_is_refused(tmp_path: Path) -> None:
+    """The demonstration layout is exact: data_offset 1 and the episode dim's stride 0; a message
+    that differs is refused naming it, not read with its values shifted (a mutation test)."""
+    from opolo_ros.data.bags import demonstration_layout
+
+    cls, dim_cls = TS.types[F32], TS.types["std_msgs/msg/MultiArrayDimension"]
+    layout_cls = TS.types["std_msgs/msg/MultiArrayLayout"]
+    ep = _episodes(obs_dim=2, lengths=(3,))[0]
+
+    def message(offset_change: int = 0, episode_stride: int = 0):
+        dims, offset, data = demonstration_layout(ep.obs, 1.0, 0)
+        dims[2] = (dims[2][0], dims[2][1], episode_stride)
+        return cls(layout=layout_cls(dim=[dim_cls(label=lab, size=n, stride=st) for lab, n, st in dims],
+                                     data_offset=offset + offset_change), data=data)
+
+    good = _write_stream(tmp_path / "good", {"/d": (F32, [(SEC, message())])})
+    assert read_demonstrations(good)[0].ret == 1.0
+    for name, msg, what in (("offset", message(offset_change=1),
+                             "demonstration data_offset must be 1, got 2"),
+                            ("stride", message(episode_stride=1), "malformed demonstration layout")):
+        with pytest.raises(BagError, match=f"/d message 0: {what}"):
+            read_demonstrations(_write_stream(tmp_path / name, {"/d": (F32, [(SEC, msg)])}))
+
+
+def test_a_written_bag_names_its_topic_absolutely_and_keeps_no_empty_metadata_key(tmp_path: Path) -> None:
+    """write_demonstrations refuses a relative topic, an empty metadata key and no episodes at all
+    before anything is created on disk (a mutation test)."""
+    for kwargs, what in (({"topic": "demos"}, "topic must be an absolute name"),
+                         ({"episodes": []}, "^no episodes to write$"),
+                         ({"metadata": {"": 1}}, "metadata keys must be non-empty strings")):
+        with pytest.raises(BagError, match=what):
+            write_demonstrations(tmp_path / "demos", **{"episodes": _episodes(), **kwargs})
+        assert not (tmp_path / "demos").exists()
+
+
+def test_the_demonstration_topic_is_recorded_keep_last_100(tmp_path: Path) -> None:
+    """The demonstrations are offered keep-last 100, the contract's depth, so that `ros2 bag play`
+    republishes them to a learner that starts late (a mutation test)."""
+    with Reader(write_demonstrations(tmp_path / "demos", _episodes())) as reader:
+        qos = reader.topics[bags.DEMO_TOPIC].connections[0].ext.offered_qos_profiles[0]
+    assert qos.history.name == "KEEP_LAST" and qos.depth == bags.DEMONSTRATIONS_DEPTH == 100
+
+
+def test_a_write_that_fails_midway_leaves_no_bag_behind(tmp_path: Path, monkeypatch) -> None:
+    """A write that fails after the bag was opened removes the half-written bag folder, so that the
+    next try is not refused as an existing one (a mutation test)."""
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Writer, "write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_demonstrations(tmp_path / "demos", _episodes())
+    assert not (tmp_path / "demos").exists()
+
+
+def test_a_bag_whose_write_ahead_log_another_process_holds_is_refused_not_read_short(tmp_path: Path) -> None:
+    """While a reader of the bag (a recording still running) keeps the write-ahead log from being
+    moved into the storage file, reading it is refused in one line: read immutable, the messages
+    still in the log would be left out without a word (a mutation test)."""
+    import sqlite3
+
+    obs = np.arange(12, dtype=np.float32).reshape(6, 2)
+    bag = _write_stream(tmp_path / "busy", {"/x": (F32, _stream(obs[:3]))}, storage="sqlite3")
+    db = next(bag.glob("*.db3"))
+    later = [(ts, TS.serialize_cdr(msg, F32).tobytes()) for ts, msg in _stream(obs)[3:]]
+    insert = "INSERT INTO messages (topic_id, timestamp, data) VALUES (1, ?, ?)"
+    with contextlib.closing(sqlite3.connect(db)) as writer, contextlib.closing(sqlite3.connect(db)) as other:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute(insert, later[0])
+        writer.commit()
+        other.execute("BEGIN")
+        other.execute("SELECT count(*) FROM messages").fetchone()  # a read that holds its snapshot
+        writer.executemany(insert, later[1:])
+        writer.commit()
+        with pytest.raises(BagError, match=r"busy\.db3: cannot move its write-ahead log \(-wal\) into it: "
+                                           r"another process uses the bag"):
+            read_demonstrations(bag)
+
+
+def test_digests_of_a_lost_episode_or_not_digests_at_all_are_said_so(tmp_path: Path) -> None:
+    """The bag's digest list says how many episodes it was written with: one fewer on the topic is
+    refused, one more is named as an added message, and a list that holds no digests is named as
+    such (a mutation test)."""
+    for name, digests, what in (("lost", lambda d: [*d, d[0]], "2 episodes on /opolo/demonstrations, but "
+                                 r"the bag was written with 3 \(a storage file lost"),
+                                ("numbers", lambda d: [1, 2], "custom_data sha256 is not a list of digests"),
+                                ("added", lambda d: d[:1], r"message 1: its bytes differ from those the bag "
+                                 r"was written with \(episode 1; corrupt storage, or a message added\)")):
+        bag = write_demonstrations(tmp_path / name, _episodes(lengths=(3, 4)))
+        meta = yaml.safe_load((bag / "metadata.yaml").read_text())
+        custom = meta["rosbag2_bagfile_information"]["custom_data"]
+        custom["sha256"] = json.dumps(digests(json.loads(custom["sha256"])))
+        (bag / "metadata.yaml").write_text(yaml.safe_dump(meta))
+        with pytest.raises(BagError, match=what):
+            read_demonstrations(bag)
+
+
+def test_an_observation_stream_beside_the_written_topic_is_not_held_to_its_digests(tmp_path: Path) -> None:
+    """The digests are of the demonstration topic's messages only: another topic of the same bag
+    is read without them (a mutation test)."""
+    written = write_demonstrations(tmp_path / "demos", _episodes(lengths=(3, 4)))
+    with Reader(written) as reader:
+        demos = [(t, TS.deserialize_cdr(raw, F32)) for _, t, raw in reader.messages()]
+    bag = tmp_path / "both"
+    with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        writer.set_custom_data("sha256", read_bag_metadata(written)["sha256"])
+        for topic, msgs in ((bags.DEMO_TOPIC, demos), ("/obs", _stream(np.zeros((3, 2))))):
+            conn = writer.add_connection(topic, F32, typestore=TS)
+            for t, msg in msgs:
+                writer.write(conn, t, TS.serialize_cdr(msg, F32))
+    assert len(read_demonstrations(bag)) == 2
+    (episode,) = read_demonstrations(bag, topic="/obs")
+    assert episode.obs.shape == (3, 2)
+
+
+def test_reading_options_are_checked_before_the_bag_is_looked_for() -> None:
+    """An empty obs_field name, and a field or joint named twice, are refused in one line before
+    any bag is opened (a mutation test)."""
+    for kwargs, what in (({"obs_field": ("pose", "")}, "obs_field must name at least one field"),
+                         ({"fields": ("position", "position")}, "fields must be unique names"),
+                         ({"joints": ("a", "a")}, "joints must be non-empty and unique")):
+        with pytest.raises(BagError, match=what):
+            read_demonstrations("/nonexistent/bag", **kwargs)
+
+
+def test_a_reset_marker_starts_the_count_of_the_next_episodes_messages(tmp_path: Path) -> None:
+    """An episode after a reset marker starts at the message after it: its start_message and
+    message count leave the marker out (a mutation test)."""
+    marker = (SEC // 10, _multiarray(F32, [], labels=("reset",)))
+    msgs = [*_stream(np.zeros((3, 2)), t0=0), marker, *_stream(np.ones((3, 2)), t0=SEC // 5)]
+    first, second = read_demonstrations(_write_stream(tmp_path / "marked", {"/obs": (F32, msgs)}))
+    assert (first.meta["start_message"], first.meta["messages"]) == (0, 3)
+    assert (second.meta["start_message"], second.meta["messages"]) == (4, 3)
+
+
+def test_a_first_marker_whose_values_are_all_before_the_offset_decides_nothing(tmp_path: Path) -> None:
+    """A first message whose data ends at its data_offset holds no observation (a reset marker): the
+    demonstration messages after it are read as episodes, not refused as a stream (a mutation test)."""
+    from opolo_ros.data.bags import demonstration_layout
+
+    marker = _multiarray(F32, [7.0], labels=())
+    marker.layout.data_offset = 1
+    msgs = [(SEC, marker)]
+    for k in range(2):
+        dims, offset, data = demonstration_layout(np.full((3, 2), k, np.float32), 1.0, k)
+        msgs.append((2 * SEC + k * SEC, _demo_message(dims, offset, data)))
+    got = read_demonstrations(_write_stream(tmp_path / "offset_marker", {"/demos": (F32, msgs)}))
+    assert [ep.obs.shape for ep in got] == [(3, 2)] * 2
+
+
+def test_a_written_bag_says_its_format(tmp_path: Path) -> None:
+    """custom_data names the format the bag was written in (a mutation test)."""
+    bag = write_demonstrations(tmp_path / "demos", _episodes())
+    assert read_bag_metadata(bag)["format"] == bags.FORMAT == "opolo_ros demonstration/1"
+
+
+def test_a_non_finite_value_in_a_demonstration_message_names_its_step(tmp_path: Path) -> None:
+    """A NaN in an episode message is located by its step (state index), not by its value index
+    (a mutation test)."""
+    from opolo_ros.data.bags import demonstration_layout
+
+    dims, offset, data = demonstration_layout(np.zeros((4, 3), np.float32), 1.0, 0)
+    data[1 + 2 * 3 + 1] = np.nan  # step 2, value 1
+    bag = _write_stream(tmp_path / "nan", {"/d": (F32, [(SEC, _demo_message(dims, offset, data))])})
+    with pytest.raises(BagError, match=r"/d message 0: non-finite observation value \(NaN or inf\) at "
+                                       r"step 2$"):
+        read_demonstrations(bag)

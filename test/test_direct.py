@@ -1564,3 +1564,101 @@ def test_a_run_on_demonstrations_recorded_at_another_rate_warns(tmp_path, capsys
     DirectTrainer(small_cfg(tmp_path, bag, total_steps=20, num_demos=0)).train()
     assert ("warning: the demonstrations' states come every 0.005 s (200 Hz), the task's control step is "
             "0.04 s (25 Hz)") in capsys.readouterr().err
+
+
+def test_an_evaluation_at_a_logged_step_replaces_it_and_unknown_baselines_stay_blank(tmp_path, monkeypatch):
+    """eval.csv holds one row per step: an evaluation logged again at a step (a resumed run owes its
+    checkpoint's) replaces the row; unknown baselines are blank cells, as older logs have them; a
+    write cut short leaves the file as it was (a mutation test)."""
+    import csv
+
+    from opolo_ros.train.logger import RunLogger
+
+    log = RunLogger(tmp_path, tensorboard=False)
+    row = {"env_step": 100, "return_mean": 1.0, "return_std": 0.0, "normalised": math.nan, "wall_s": 1.0,
+           "r_expert": math.nan, "r_random": math.nan}
+    log.evaluation(row)
+    log.evaluation({**row, "return_mean": 2.0})
+    log.evaluation({**row, "env_step": 200, "return_mean": 3.0})
+    text = log.eval_csv.read_text()
+    cells = list(csv.DictReader(text.splitlines()))
+    assert [(c["env_step"], c["return_mean"], c["r_expert"], c["r_random"]) for c in cells] == [
+        ("100", "2.0", "", ""), ("200", "3.0", "", "")]
+
+    def cut_short(*_args) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(csv.DictWriter, "writerow", cut_short)
+    with pytest.raises(OSError, match="No space left"):
+        log.evaluation({**row, "env_step": 300})
+    assert log.eval_csv.read_text() == text
+
+
+def test_a_checkpoint_is_synced_under_its_temporary_name_before_its_rename(tmp_path, monkeypatch):
+    """save_checkpoint fsyncs the file it wrote before renaming it over the old checkpoint, then the
+    folder (a crash after the rename must not leave an empty checkpoint) (a mutation test)."""
+    from opolo_ros.train import checkpoint
+
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    checkpoint.save_checkpoint(tmp_path / "checkpoint.pt", {"step": 1})
+    assert len(synced) == 2 and synced[0].startswith(f"{tmp_path}/.checkpoint.pt.")
+    assert synced[1] == str(tmp_path)
+
+
+def test_a_torch_file_without_a_runner_or_a_cut_text_file_or_an_empty_protobuf_is_named(tmp_path):
+    """load_checkpoint refuses a torch file without the runner state as no training run's checkpoint;
+    a text file whose 512th byte cuts a character is still named a text file; bytes that parse as
+    an ONNX model without a graph are not called an ONNX policy (a mutation test)."""
+    from opolo_ros.train.checkpoint import CheckpointError, load_checkpoint
+
+    torch.save({"config": {"env_id": "Hopper-v5", "algo": "opolo"}, "step": 1}, tmp_path / "no_runner.pt")
+    (tmp_path / "cut.txt").write_text("a" * 511 + "é")
+    (tmp_path / "header.bin").write_bytes(b"\x08\x01")
+    for name, what in (("no_runner.pt", "is not an opolo_ros checkpoint"),
+                       ("cut.txt", "is a text file, not a checkpoint"), ("header.bin", "is a text file")):
+        with pytest.raises(CheckpointError, match=what):
+            load_checkpoint(tmp_path / name)
+
+
+def test_refusals_name_how_many_more_tensors_or_values_they_leave_out():
+    """A diverged learner's error names four tensors and how many more; a refused resume lists six
+    changed values and how many more (a mutation test)."""
+    from opolo_ros.train.checkpoint import CheckpointError, TrainingDiverged, check_finite, resume_changes
+
+    class Learner:
+        def modules(self) -> dict:
+            nets = {name: torch.nn.Linear(2, 2) for name in "abc"}
+            for net in nets.values():
+                torch.nn.init.constant_(net.weight, math.nan)
+                torch.nn.init.constant_(net.bias, math.inf)
+            return nets
+
+    with pytest.raises(TrainingDiverged, match=r"NaN or inf in a\.weight, a\.bias, b\.weight, b\.bias and 2 "
+                                               r"more; "):
+        check_finite(Learner(), 100, "the checkpoint")
+    saved = {"env_id": "Hopper-v5", "algo": "opolo", "seed": 0, **{f"k{i}": 0 for i in range(8)}}
+    config = {**saved, "seed": 1, **{f"k{i}": 1 for i in range(8)}}
+    with pytest.raises(CheckpointError, match=r"\(also changed: k0: 0 -> 1; .*; k5: 0 -> 1; and 2 more\)"):
+        resume_changes({"config": saved}, config, "ck.pt", "start over")
+
+
+def test_a_resume_may_change_opolos_lam_and_an_unknown_expert_return_is_no_change():
+    """Only OPOLO <-> OPOLO-x (lam 0 against > 0) is another experiment: lam 0.5 -> 1.0 resumes,
+    named as a change. Demonstrations without a return (R_expert unknown) give no warning of a
+    changed score scale (a mutation test)."""
+    from opolo_ros.train.checkpoint import expert_return_note, resume_changes
+
+    saved = {"env_id": "Hopper-v5", "algo": "opolo", "seed": 0, "opolo": {"lam": 0.5}}
+    changes = resume_changes({"config": saved}, {**saved, "opolo": {"lam": 1.0}}, "ck.pt", "start over")
+    assert changes == ["opolo.lam: 0.5 -> 1.0"]
+    assert expert_return_note({"expert_return": 100.0}, math.nan) == ""
+    assert expert_return_note({}, 100.0) == ""
+    assert "is 50.0, the run scored against 100.0" in expert_return_note({"expert_return": 100.0}, 50.0)
+    assert expert_return_note({"expert_return": 100.0}, 100.5)  # another bag, however close its mean

@@ -267,3 +267,82 @@ def test_a_joint_state_bag_of_a_task_with_the_time_feature_is_read_by_the_models
     bag = _write_stream(tmp_path / "robot", {"/joint_states": (JS, msgs)})
     cfg = load_run_config(None, {"env_id": "InvertedPendulum-v5", "demos": str(bag), "time_feature": True})
     assert demo_joints(cfg, ("slider", "hinge"), 5) == "slider,hinge"
+
+
+def test_the_time_feature_counts_down_the_tasks_own_limit_and_restarts_on_reset():
+    """The time feature is 1 - t/T with T the task's own step limit (Pendulum-v1: 200), within its
+    declared [0, 1], restarting at 1 on reset; a recorded episode gets the same column (a mutation
+    test)."""
+    from opolo_ros.sim.envs import TimeFeature, add_time_feature
+
+    env = TimeFeature(gym.make("Pendulum-v1"))
+    assert env.max_steps == 200
+    assert (env.observation_space.low[-1], env.observation_space.high[-1]) == (0.0, 1.0)
+    assert env.reset(seed=0)[0][-1] == 1.0
+    for _ in range(3):
+        obs = env.step(env.action_space.sample())[0]
+    assert obs[-1] == np.float32(1.0 - 3 / 200)
+    assert env.reset(seed=1)[0][-1] == 1.0
+    assert env.step(env.action_space.sample())[0][-1] == np.float32(1 - 1 / 200)
+    column = add_time_feature(np.zeros((3, 2), np.float32), 200)[:, -1]
+    np.testing.assert_array_equal(column, np.float32([1.0, 1 - 1 / 200, 1 - 2 / 200]))
+
+
+def test_a_task_with_discrete_actions_is_a_value_error():
+    """A task with discrete actions is refused as one ValueError naming its id (a mutation test)."""
+    with pytest.raises(ValueError, match=r"environment 'CartPole-v1' has a non-continuous action space"):
+        make_env("CartPole-v1")
+
+
+def test_each_evaluation_episode_starts_from_the_reset_of_its_own_seed():
+    """Episode k of an evaluation starts from the reset of seed + k, not every one from the same
+    state (a mutation test)."""
+    from opolo_ros.sim.envs import evaluate
+
+    env = gym.make("InvertedPendulum-v5")
+    starts = [env.reset(seed=5 + k)[0] for k in range(3)]
+    env.close()
+    seen = []
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        seen.append(np.array(obs))
+        return np.zeros(1, np.float32)
+
+    evaluate(policy, "InvertedPendulum-v5", episodes=3, seed=5)
+    assert [any(np.array_equal(start, obs) for obs in seen) for start in starts] == [True, True, True]
+
+
+def test_the_random_baseline_is_repeatable_and_the_score_is_relative_to_it():
+    """R_random draws its actions from the seeded action space (the same baseline every time) and
+    the normalised score is (R - R_random) / (R_expert - R_random) (a mutation test)."""
+    from opolo_ros.sim.envs import normalised_score, random_policy_return
+
+    assert random_policy_return("Pendulum-v1", episodes=1) == random_policy_return("Pendulum-v1", episodes=1)
+    assert normalised_score(50.0, 10.0, 110.0) == pytest.approx(0.4)
+
+
+def test_an_env_state_restored_continues_the_episode_with_its_clock_and_time_feature():
+    """get_env_state / set_env_state carry the simulation time and the time feature's step count:
+    the restored env steps exactly as the original goes on (a mutation test)."""
+    from opolo_ros.sim.envs import get_env_state, set_env_state
+
+    env, other = (make_env("InvertedPendulum-v5", time_feature=True) for _ in range(2))
+    env.reset(seed=0)
+    for _ in range(5):
+        env.step(np.zeros(1))
+    other.reset(seed=1)
+    set_env_state(other, get_env_state(env))
+    ours, theirs = env.step(np.full(1, 0.1)), other.step(np.full(1, 0.1))
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    assert ours[0][-1] == np.float32(1 - 6 / 1000) and other.unwrapped.data.time == env.unwrapped.data.time
+
+
+def test_a_policy_trained_on_another_gymnasium_task_is_refused_by_name():
+    """A policy whose metadata names another Gymnasium task is refused before any rollout, even when
+    its dimensions fit (a mutation test)."""
+    from opolo_ros.sim.envs import check_policy_fits
+
+    check_policy_fits("p.onnx", 11, 3, "Hopper-v5", False, trained_on="Hopper-v5")
+    with pytest.raises(ValueError, match=r"^p\.onnx was trained on Walker2d-v5 \(its metadata's env_id\), "
+                                         r"not Hopper-v5$"):
+        check_policy_fits("p.onnx", 11, 3, "Hopper-v5", False, trained_on="Walker2d-v5")

@@ -417,3 +417,169 @@ def test_a_model_of_a_fixed_batch_is_refused(nets, exported, tmp_path) -> None:
     with pytest.raises(PolicyLoadError) as exc:
         OnnxPolicy(proto.SerializeToString(), origin=str(path))
     assert_one_line(exc, "fixed.onnx", "with a dynamic batch")
+
+
+def test_the_time_feature_flag_is_read_as_a_stamp_may_write_it() -> None:
+    """A time feature stamped by hand ("true", "yes", JSON's true) is read as on, like the exporter's
+    "1"; anything else as off (a mutation test)."""
+    def meta(value: str) -> PolicyMetadata:
+        return PolicyMetadata("Hopper-v5", 2, 1, (-1.0,), (1.0,), extra={"time_feature": value})
+
+    assert [meta(v).time_feature for v in ("1", "true", " Yes ", "TRUE")] == [True] * 4
+    assert [meta(v).time_feature for v in ("0", "false", "no", "")] == [False] * 4
+
+
+def test_metadata_dims_bounds_and_huge_numbers_are_refused_in_one_line() -> None:
+    """A zero dim, a bound beyond float32 and a number too large for a float are each refused as
+    PolicyLoadError naming the model, not loaded or raised as OverflowError (a mutation test)."""
+    props = PolicyMetadata("Hopper-v5", 1, 2, (-1.0, -1.0), (1.0, 1.0)).to_props()
+    for change, what in (({"obs_dim": "0"}, "metadata dims must be positive, got obs_dim=0 act_dim=2"),
+                         ({"action_high": "[1.0, 1e39]"},
+                          "metadata action bounds must be finite float32 values"),
+                         ({"action_high": f"[1.0, {'9' * 400}]"}, "malformed policy metadata")):
+        with pytest.raises(PolicyLoadError, match=f"^m.onnx: {what}"):
+            PolicyMetadata.from_props({**props, **change}, "m.onnx")
+
+
+def test_joint_names_and_the_time_feature_limit_as_a_stamp_may_write_them() -> None:
+    """Joint names given with spaces after the commas, or as a JSON list, are the names alone; a
+    time-feature limit of 0 (or no count) is no limit (a mutation test)."""
+    def meta(**extra: str) -> PolicyMetadata:
+        return PolicyMetadata("Hopper-v5", 2, 1, (-1.0,), (1.0,), extra=extra)
+
+    assert meta(joint_names="hip, knee ,ankle").joint_names == ("hip", "knee", "ankle")
+    assert meta(joint_names='["hip", "knee"]').joint_names == ("hip", "knee")
+    assert meta().joint_names == ()
+    steps = [meta(time_feature_steps=v).time_feature_steps for v in ("1000", " 7 ", "0", "-5", "1e3", "")]
+    assert steps == [1000, 7, None, None, None, None]
+
+
+def test_a_loaded_policy_runs_on_one_thread_without_spinning_unless_asked(tmp_path) -> None:
+    """A control loop's policy keeps to one intra-op and one inter-op thread, which do not spin
+    unless allow_spinning says so (they would compete with the learner for cores) (a mutation test)."""
+    path = export_policy(Actor(OBS_DIM, ACT_DIM, (8,)), tmp_path / "p.onnx", action_low=LOW, action_high=HIGH,
+                         metadata=META)
+    for allow, spin in ((False, "0"), (True, "1")):
+        opts = load_policy(path, allow_spinning=allow).session.get_session_options()
+        assert (opts.intra_op_num_threads, opts.inter_op_num_threads) == (1, 1)
+        assert [opts.get_session_config_entry(f"session.{kind}.allow_spinning")
+                for kind in ("intra_op", "inter_op")] == [spin, spin]
+
+
+def test_a_graph_whose_input_is_not_the_metadatas_float32_obs_is_refused() -> None:
+    """A graph whose input is float64, or wider than the metadata's obs_dim, is refused at load
+    naming the input, not when it is first run (a mutation test)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def model(width: int, elem: int) -> bytes:
+        weight = helper.make_tensor("w", TensorProto.FLOAT, (width, 1), [1.0] * width)
+        nodes = [helper.make_node("Cast", ["obs"], ["x"], to=TensorProto.FLOAT),
+                 helper.make_node("MatMul", ["x", "w"], ["action"])]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("obs", elem, ["batch", width])],
+                                  [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["batch", 1])],
+                                  [weight])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        onnx.helper.set_model_props(proto, PolicyMetadata("Hopper-v5", 2, 1, (-1.0,), (1.0,)).to_props())
+        return proto.SerializeToString()
+
+    assert OnnxPolicy(model(2, TensorProto.FLOAT))(np.ones(2, np.float32)).tolist() == [2.0]
+    for width, elem, what in ((2, TensorProto.DOUBLE, "'obs' must be float32, is tensor\\(double\\)"),
+                              (3, TensorProto.FLOAT,
+                               r"'obs' has shape \['batch', 3\], expected \[batch, 2\]")):
+        with pytest.raises(PolicyLoadError, match=what):
+            OnnxPolicy(model(width, elem), origin="m.onnx")
+
+
+def test_an_empty_model_or_an_actor_of_another_size_is_said_so(tmp_path) -> None:
+    """An empty model is named as such (not as onnxruntime's parse error), and an actor whose output
+    is not one action per observation is refused before any export (a mutation test)."""
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    for source in (b"", tmp_path / "empty.onnx"):
+        with pytest.raises(PolicyLoadError, match="empty policy model"):
+            load_policy(source)
+
+    class FirstOnly(torch.nn.Module):
+        obs_dim, act_dim = OBS_DIM, ACT_DIM
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(obs[:1, :ACT_DIM])  # the first observation's only
+
+    with pytest.raises(ValueError, match=r"policy maps \[2, 5\] to \[1, 3\], expected \[2, 3\]"):
+        export_policy(FirstOnly(), tmp_path / "first_only.onnx", action_low=LOW, action_high=HIGH,
+                      metadata=META)
+    assert not (tmp_path / "first_only.onnx").exists()
+
+
+def test_the_export_check_saturates_every_input_and_the_model_is_synced_before_its_rename(tmp_path,
+                                                                                         monkeypatch) -> None:
+    """The check's inputs end with huge observations (+-1e4, which saturate tanh: the action bounds)
+    and a zero one; the model file is fsynced under its temporary name before it replaces the old
+    one (a mutation test)."""
+    x = onnx_policy.verification_inputs(4, np.random.default_rng(0))
+    assert x.dtype == np.float32 and x.shape == (29, 4)
+    assert (np.abs(x[-5:-1]) == 1e4).all() and not x[-1].any()
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(onnx_policy.os, "fsync", fsync)
+    export_policy(Actor(OBS_DIM, ACT_DIM, (8,)), tmp_path / "p.onnx", action_low=LOW, action_high=HIGH,
+                  metadata=META)
+    assert [Path(p).parent for p in synced] == [tmp_path] and synced[0].startswith(f"{tmp_path}/.p.onnx.")
+
+
+def test_a_model_write_that_fails_leaves_no_temporary_file(tmp_path, monkeypatch) -> None:
+    """A write that fails (here its rename) removes its temporary file and keeps the old model
+    (a mutation test)."""
+    actor = Actor(OBS_DIM, ACT_DIM, (8,))
+    path = export_policy(actor, tmp_path / "p.onnx", action_low=LOW, action_high=HIGH, metadata=META)
+    old = path.read_bytes()
+
+    def failing_replace(*_args) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(onnx_policy.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        export_policy(actor, path, action_low=LOW, action_high=HIGH, metadata={**META, "version": 8})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.onnx"] and path.read_bytes() == old
+
+
+def test_a_metadata_key_that_is_no_string_is_named(tmp_path) -> None:
+    """A metadata key that is no string is refused naming it, before the graph is exported (a
+    mutation test)."""
+    with pytest.raises(TypeError, match=r"^metadata keys must be strings, got 7$"):
+        export_policy(Actor(OBS_DIM, ACT_DIM, (8,)), tmp_path / "p.onnx", action_low=LOW, action_high=HIGH,
+                      metadata={**META, 7: "seven"})
+    assert not (tmp_path / "p.onnx").exists()
+
+
+def test_a_restamp_replaces_a_key_once_and_leaves_the_required_ones(tmp_path) -> None:
+    """stamp_metadata replaces a key's value (the file holds the key once, as every reader of its
+    properties sees it) and refuses to change a required key, the model left as it was (a
+    mutation test)."""
+    import onnx
+
+    path = export_policy(Actor(OBS_DIM, ACT_DIM, (8,)), tmp_path / "p.onnx", action_low=LOW, action_high=HIGH,
+                         metadata=META)
+    onnx_policy.stamp_metadata(path, {"seed": 5})
+    props = [(p.key, p.value) for p in onnx.load(str(path)).metadata_props]
+    assert [v for k, v in props if k == "seed"] == ["5"] and len({k for k, _ in props}) == len(props)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"cannot restamp required metadata keys: \['env_id'\]"):
+        onnx_policy.stamp_metadata(path, {"env_id": "Walker2d-v5"})
+    assert path.read_bytes() == before
+
+
+def test_an_observation_batch_of_another_shape_is_named_before_onnxruntime_runs(tmp_path) -> None:
+    """A batch of another width or rank is refused naming its shape and the policy's, not with
+    onnxruntime's own message (a mutation test)."""
+    policy = load_policy(export_policy(Actor(OBS_DIM, ACT_DIM, (8,)), tmp_path / "p.onnx", action_low=LOW,
+                                       action_high=HIGH, metadata=META))
+    for shape in ((2, OBS_DIM + 1), (2, 1, OBS_DIM)):
+        with pytest.raises(ValueError, match=rf"^observation batch has shape \({shape[0]}, .*\), policy "
+                                             rf"expects \[B, {OBS_DIM}\]$"):
+            policy(np.zeros(shape, np.float32))

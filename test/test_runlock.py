@@ -92,3 +92,42 @@ def test_previous_runs_and_kept_configs_are_never_overwritten_within_one_second(
         runfolder.write_run_config(run, {"lr": k}, step=100)
     kept = sorted(p.name for p in run.glob("config-until-step100*.yaml"))
     assert kept == ["config-until-step100-1.yaml", "config-until-step100-2.yaml", "config-until-step100.yaml"]
+
+
+def test_a_run_folder_that_is_a_file_is_named_as_such(tmp_path: Path) -> None:
+    """A run_dir that is a file, or has a file on its path, is refused as "not a folder" naming it
+    (mkdir's own FileExistsError for the first said nothing of the kind) (a mutation test)."""
+    (tmp_path / "file").write_text("")
+    for run_dir in (tmp_path / "file", tmp_path / "file" / "run"):
+        with pytest.raises(NotADirectoryError, match=rf"run folder {run_dir} is not a folder"):
+            RunFolderLock(run_dir).acquire()
+
+
+def test_starting_over_sets_aside_every_file_of_the_earlier_run(tmp_path: Path) -> None:
+    """Every file a run leaves in its folder (the learner's journal and parameters, the launch
+    record, the best policy, ...) is moved aside by a start-over; other files stay (a mutation test)."""
+    from opolo_ros.train import runfolder
+
+    names = ["checkpoint.pt", "config.yaml", "eval.csv", "policy.onnx", "policy_best.onnx",
+             "learning_curve.png", "replay_journal.bin", "replay_base.pt", "learner_params.yaml",
+             "launch_params.yaml", "config-until-step5.yaml"]
+    for name in names:
+        (tmp_path / name).write_text(name)
+    (tmp_path / "tb").mkdir()
+    (tmp_path / "notes.txt").write_text("mine")
+    dest = runfolder.set_aside_previous_run(tmp_path)
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*names, "tb"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([dest.name, "notes.txt"])
+
+
+def test_a_run_config_is_kept_aside_only_when_a_resume_changed_it(tmp_path: Path) -> None:
+    """config-until-step<N>.yaml is written only for a resume past step 0 under other values: not
+    for the same values again, not at step 0 (nothing ran under the old file) (a mutation test)."""
+    from opolo_ros.train import runfolder
+
+    assert runfolder.write_run_config(tmp_path, {"lr": 1}, step=0) is None
+    assert runfolder.write_run_config(tmp_path, {"lr": 2}, step=0) is None
+    assert runfolder.write_run_config(tmp_path, {"lr": 2}, step=100) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
+    kept = runfolder.write_run_config(tmp_path, {"lr": 3}, step=100)
+    assert kept == tmp_path / "config-until-step100.yaml" and kept.read_text() == "lr: 2\n"

@@ -213,3 +213,20 @@ def test_a_model_that_fails_on_an_input_raises_policy_run_error() -> None:
     for run in (bound, policy):
         with pytest.raises(PolicyRunError, match=r"<bytes>: the model fails when run \(\w+: .*out of"):
             run(np.array([9.0, 0.0, 0.0, 0.0], np.float32))
+
+
+def test_weights_of_another_dtype_or_a_bad_last_one_change_nothing(tmp_path: Path) -> None:
+    """write_weights checks every weight before it copies any: a float64 weight, or one bad weight
+    after good ones, is refused and the running policy stays as it was (a mutation test)."""
+    first, second = _export(tmp_path, 0, 1), _export(tmp_path, 1, 2)
+    owned = OnnxPolicy(first, owned_weights={k: v.copy() for k, v in split_weights(first).weights.items()})
+    x = _probe()
+    before = owned(x).copy()
+    name = list(split_weights(second).weights)[-1]
+    for change, what in ((lambda w: w.astype(np.float64), "float64"),
+                         (lambda w: w[..., :0], r"float32\[0\]")):
+        bad = dict(split_weights(second).weights)
+        bad[name] = change(bad[name])
+        with pytest.raises(PolicyLoadError, match=f"weight '{name}' is {what}"):
+            owned.write_weights(bad)
+        np.testing.assert_array_equal(owned(x), before)
