@@ -113,3 +113,21 @@ def ros_node(ros_domain_id: int) -> Iterator[Callable[[str], tuple]]:
                 errors.append(err)
         if errors:
             raise errors[0]
+
+
+@pytest.fixture
+def fsync_spy(monkeypatch: pytest.MonkeyPatch) -> Callable[[object], list[str]]:
+    """``fsync_spy(module) -> synced``: the paths `module`'s ``os.fsync`` is called on from then on
+    (files and folders, in order), each still synced."""
+    def spy(module: object) -> list[str]:
+        synced: list[str] = []
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real_fsync(fd)
+
+        monkeypatch.setattr(module.os, "fsync", fsync)  # type: ignore[attr-defined]
+        return synced
+
+    return spy

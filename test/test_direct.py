@@ -1594,19 +1594,12 @@ def test_an_evaluation_at_a_logged_step_replaces_it_and_unknown_baselines_stay_b
     assert log.eval_csv.read_text() == text
 
 
-def test_a_checkpoint_is_synced_under_its_temporary_name_before_its_rename(tmp_path, monkeypatch):
+def test_a_checkpoint_is_synced_under_its_temporary_name_before_its_rename(tmp_path, fsync_spy):
     """save_checkpoint fsyncs the file it wrote before renaming it over the old checkpoint, then the
     folder (a crash after the rename must not leave an empty checkpoint) (a mutation test)."""
     from opolo_ros.train import checkpoint
 
-    synced = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
+    synced = fsync_spy(checkpoint)
     checkpoint.save_checkpoint(tmp_path / "checkpoint.pt", {"step": 1})
     assert len(synced) == 2 and synced[0].startswith(f"{tmp_path}/.checkpoint.pt.")
     assert synced[1] == str(tmp_path)

@@ -512,21 +512,14 @@ def test_an_empty_model_or_an_actor_of_another_size_is_said_so(tmp_path) -> None
 
 
 def test_the_export_check_saturates_every_input_and_the_model_is_synced_before_its_rename(tmp_path,
-                                                                                         monkeypatch) -> None:
+                                                                                         fsync_spy) -> None:
     """The check's inputs end with huge observations (+-1e4, which saturate tanh: the action bounds)
     and a zero one; the model file is fsynced under its temporary name before it replaces the old
     one (a mutation test)."""
     x = onnx_policy.verification_inputs(4, np.random.default_rng(0))
     assert x.dtype == np.float32 and x.shape == (29, 4)
     assert (np.abs(x[-5:-1]) == 1e4).all() and not x[-1].any()
-    synced = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(onnx_policy.os, "fsync", fsync)
+    synced = fsync_spy(onnx_policy)
     export_policy(Actor(OBS_DIM, ACT_DIM, (8,)), tmp_path / "p.onnx", action_low=LOW, action_high=HIGH,
                   metadata=META)
     assert [Path(p).parent for p in synced] == [tmp_path] and synced[0].startswith(f"{tmp_path}/.p.onnx.")
