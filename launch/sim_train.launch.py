@@ -92,12 +92,10 @@ def _check_episode_length(cfg, bridge_file: dict) -> None:
     if not cfg.time_feature or not isinstance(steps, int) or steps <= 0:
         return
     from opolo_ros.sim.task_ids import is_mjcf
-    from opolo_ros.sim.tasks import make_task_env, max_steps_of
+    from opolo_ros.sim.tasks import time_limit
 
-    env = make_task_env(cfg.env_id, max_episode_steps=cfg.max_episode_steps)
-    task_steps = max_steps_of(env)
-    env.close()
-    if steps != task_steps:
+    task_steps = time_limit(cfg.env_id, cfg.max_episode_steps)  # None: a task not known here
+    if task_steps is not None and steps != task_steps:
         fix = ("set max_episode_steps for both (a /** key of the task file)" if is_mjcf(cfg.env_id) else
                "leave it 0")
         raise ValueError(f"parameter sim_bridge.max_episode_steps ({steps}) with time_feature: the "

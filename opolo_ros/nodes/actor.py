@@ -158,7 +158,6 @@ def _reason(err: Exception, expected: type) -> str:
     return why[:500]
 
 
-
 def _clock_hint(meta: PolicyMetadata) -> str:
     """What to set ``time_feature_clock`` to for a time-feature policy: the T its metadata records,
     else the usual one."""
@@ -174,6 +173,7 @@ def _task_joints(env_id: str) -> tuple[str, ...]:
     from opolo_ros.sim.tasks import task_joint_names
 
     return task_joint_names(env_id)
+
 
 class Actor(FinishableNode):
     def __init__(self, *, node_name: str = "actor", **kwargs: Any) -> None:

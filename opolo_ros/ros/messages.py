@@ -251,8 +251,6 @@ def observation_to_msg(obs: np.ndarray | Sequence[float]) -> Float32MultiArray:
     return msg
 
 
-
-
 def mark_episode_start(msg: Float32MultiArray, start: bool) -> None:
     """Give an observation message the trailing ``episode_start`` dim (`start`) or take it away:
     in-band, as a separate marker message would be lost to a keep-last-1 subscription behind the
