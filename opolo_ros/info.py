@@ -76,7 +76,8 @@ def mjcf_lines(path: Path) -> list[str]:
              "then their velocities",
              f"  action: {counted(len(actuators), 'value')}: "
              + ", ".join(f"{a} [{lo:g}, {hi:g}]" for a, lo, hi in zip(actuators, low, high)),
-             f"  control period: {env.dt:g} s ({1 / env.dt:g} Hz)",
+             f"  control period: {env.dt:g} s ({1 / env.dt:g} Hz): timestep {env.model.opt.timestep:g} s x "
+             f"frame_skip {env.frame_skip}",
              f"  JointState demonstrations / deploy: demos_joints:={','.join(names)} / "
              f"joints:={','.join(names)}"]
     lines += [f"  note: {note}" for note in env.notes]

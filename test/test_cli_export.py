@@ -203,6 +203,21 @@ def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, 
     assert again.control_period_s == 0.02  # from the file given
 
 
+def test_an_mjcf_models_frame_skip_is_the_exported_control_period(tmp_path: Path) -> None:
+    """A model that controls every 4th MuJoCo step (its ``frame_skip`` numeric) is trained and
+    deployed at 4 x its timestep: the learner's checkpoint, and so the export, record that (the
+    direct loop trains Gymnasium tasks only)."""
+    import gymnasium
+
+    asset = (Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text()
+    xml = tmp_path / "pendulum_skip4.xml"
+    xml.write_text(asset.replace("<worldbody>", '<custom><numeric name="frame_skip" data="4"/></custom>'
+                                                "<worldbody>", 1))
+    checkpoint = checkpoint_of(tmp_path / "run", "learner", env_id=str(xml))
+    assert cli.main(["export", str(checkpoint), str(tmp_path / "out.onnx")]) == 0
+    assert load_policy(tmp_path / "out.onnx").metadata.control_period_s == 0.08  # 0.02 s x 4
+
+
 def test_a_file_that_is_no_checkpoint_says_what_it_is_in_one_line(tmp_path: Path, capsys) -> None:
     """An ONNX policy given as the checkpoint said 'UnpicklingError: invalid load key' (a walkthrough),
     without a config.yaml next to it 'no --config given'; a text file 'Memo value not found'."""

@@ -346,3 +346,37 @@ def test_a_policy_trained_on_another_gymnasium_task_is_refused_by_name():
     with pytest.raises(ValueError, match=r"^p\.onnx was trained on Walker2d-v5 \(its metadata's env_id\), "
                                          r"not Hopper-v5$"):
         check_policy_fits("p.onnx", 11, 3, "Hopper-v5", False, trained_on="Walker2d-v5")
+
+
+def test_an_mjcf_models_frame_skip_sets_its_control_step_and_bad_ones_are_refused(tmp_path):
+    """``<custom><numeric name="frame_skip">`` in the file: each env step runs that many MuJoCo
+    steps, and the control period (the bridge's timer, the exported ``control_period_s``) is the
+    timestep times it; without one, one step per control step; a value that is not one whole
+    number of steps is refused by name."""
+    from opolo_ros.sim.tasks import task_control_period
+
+    def model(name: str, custom: str) -> str:
+        path = tmp_path / name
+        path.write_text(PENDULUM.format(gear=1.0).replace("<worldbody>", custom + "\n  <worldbody>"))
+        return str(path)
+
+    skip5 = model("skip5.xml", '<custom><numeric name="frame_skip" data="5"/></custom>')
+    env = make_task_env(skip5, seed=0)
+    base = env.unwrapped
+    env.reset(seed=0)
+    start = base.data.time
+    env.step(np.array([1.0]))
+    assert base.frame_skip == 5 and base.data.time - start == pytest.approx(0.05)
+    assert task_control_period(skip5) == pytest.approx(0.05)
+    plain = make_task_env(mjcf(tmp_path, 1.0), seed=0)
+    plain.reset(seed=0)
+    plain.step(np.array([1.0]))
+    assert plain.unwrapped.data.time == pytest.approx(0.01)
+    assert task_control_period(mjcf(tmp_path, 1.0)) == 0.01
+    for data in ("0", "2.5", "3 4", "-1", "20000"):
+        custom = f'<custom><numeric name="frame_skip" data="{data}"/></custom>'
+        bad = model(f"bad_{data.replace(' ', '_')}.xml", custom)
+        with pytest.raises(ValueError, match=rf'bad_\S+\.xml: <numeric name="frame_skip"> must hold one '
+                                             rf'whole number of MuJoCo steps per control step, 1 to '
+                                             rf'10000, got {data}$'):
+            make_task_env(bad)

@@ -38,7 +38,7 @@ def test_an_mjcf_model_lists_the_joints_actuators_and_control_period(capsys, tmp
     out = info(capsys, str(xml))
     assert "observation: 4 values: the positions of slider, hinge, then their velocities" in out
     assert "action: 1 value: slide [-3, 3]" in out
-    assert "control period: 0.02 s (50 Hz)" in out
+    assert "control period: 0.02 s (50 Hz): timestep 0.02 s x frame_skip 1" in out
     assert "demos_joints:=slider,hinge / joints:=slider,hinge" in out
     assert "note:" not in out
 

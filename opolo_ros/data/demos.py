@@ -153,4 +153,5 @@ def rate_note(episodes: list[Episode], control_period_s: float | None) -> str | 
             f"control step is {control_period_s:.4g} s ({1 / control_period_s:.4g} Hz): each (s, s') pair "
             f"spans {period / control_period_s:.3g} control steps. Record them at the task's rate (a "
             "bag's time stamps are its recorder's clock: a simulation run faster than real time is "
-            "recorded faster)")
+            "recorded faster), or, for an MJCF robot, set its control step with <custom><numeric "
+            "name=\"frame_skip\" data=\"N\"/></custom> (timestep x N)")

@@ -4,7 +4,11 @@ A Gymnasium id (``InvertedPendulum-v5``) gives the task with its reward and term
 file (``robot.xml``) gives a generic task: observation = all hinge/slide joint positions then
 velocities (MuJoCo's qpos-then-qvel order, the convention of ``ObservationSpec``), action = the
 actuator controls within their ``ctrlrange``, reward 0 (OPOLO needs none), no termination and a
-time limit. Either way :func:`joint_layout` names the joints for ``/joint_states``.
+time limit. One env step is ``frame_skip`` MuJoCo steps: the control period is the model's
+``timestep`` times the model's own ``<custom><numeric name="frame_skip" data="N"/></custom>`` (1
+without one), so the bridge, the learner, an exported policy's ``control_period_s`` and ``evaluate``
+all read the same period from the file. Either way :func:`joint_layout` names the joints for
+``/joint_states``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ T = TypeVar("T")
 
 DEFAULT_MJCF_STEPS = 1000
 MAX_CTRL = 1e10  # |ctrlrange| beyond this: MuJoCo refuses the command (BADCTRL) and applies 0
+FRAME_SKIP_NUMERIC = "frame_skip"  # an MJCF <custom><numeric> naming MuJoCo steps per env step
+MAX_FRAME_SKIP = 10_000
 
 
 class MjcfEnv(gym.Env):
@@ -34,7 +40,7 @@ class MjcfEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, path: str | Path, frame_skip: int = 1, reset_noise: float = 0.01) -> None:
+    def __init__(self, path: str | Path, frame_skip: int | None = None, reset_noise: float = 0.01) -> None:
         import mujoco
 
         self._mujoco = mujoco
@@ -56,7 +62,7 @@ class MjcfEnv(gym.Env):
             raise ValueError(f"MJCF {path}: a ctrlrange beyond +-{MAX_CTRL:g} (MuJoCo ignores such "
                              "commands and simulates with 0)")
         self.data = mujoco.MjData(self.model)
-        self.frame_skip = frame_skip
+        self.frame_skip = model_frame_skip(self.model, path) if frame_skip is None else frame_skip
         self.reset_noise = reset_noise
         self.joints = joint_layout_of_model(self.model)
         names, qpos, qvel = self.joints
@@ -72,7 +78,7 @@ class MjcfEnv(gym.Env):
         high[limited] = self.model.actuator_ctrlrange[limited, 1]
         self.action_space = gym.spaces.Box(low, high, dtype=np.float32)
         self.notes = self._notes(path, limited)  # what the task leaves out: the bridge logs them
-        self.dt = float(self.model.opt.timestep) * frame_skip
+        self.dt = float(self.model.opt.timestep) * self.frame_skip
 
     def _notes(self, path: Path, limited: np.ndarray) -> list[str]:
         import mujoco
@@ -108,6 +114,20 @@ class MjcfEnv(gym.Env):
         self.data.ctrl[:] = np.clip(action, self.action_space.low, self.action_space.high)
         self._mujoco.mj_step(self.model, self.data, nstep=self.frame_skip)
         return self._obs(), 0.0, False, False, {}
+
+
+def model_frame_skip(model, path: str | Path) -> int:
+    """MuJoCo steps per env step of an MJCF model: its ``frame_skip`` custom numeric, else 1.
+    ValueError (one line) for a value that is not one whole number from 1 to MAX_FRAME_SKIP."""
+    try:
+        values = model.numeric(FRAME_SKIP_NUMERIC).data
+    except KeyError:
+        return 1
+    if not (values.size == 1 and float(values[0]).is_integer() and 1 <= values[0] <= MAX_FRAME_SKIP):
+        raise ValueError(f"MJCF {path}: <numeric name=\"{FRAME_SKIP_NUMERIC}\"> must hold one whole number "
+                         f"of MuJoCo steps per control step, 1 to {MAX_FRAME_SKIP}, got "
+                         f"{' '.join(f'{v:g}' for v in values) or 'nothing'}")
+    return int(values[0])
 
 
 JointLayout = tuple[list[str], np.ndarray, np.ndarray]
