@@ -28,16 +28,60 @@ def seed_mean(runs: Sequence[Mapping[int, Mapping[str, float]]]
 
 def draw_run_curve(run_dir: Path, title: str, expert_return: float,
                    warn: Callable[[str], object]) -> Path | None:
-    """A run folder's learning_curve.png from its eval.csv; None without evaluations (an MJCF task:
-    no reward) or when drawing fails (said through `warn`: a missing plot must not lose a run)."""
+    """A run folder's learning_curve.png from its eval.csv (an MJCF task's: its imitation distance,
+    :func:`plot_imitation_curve`); None without evaluations or when drawing fails (said through
+    `warn`: a missing plot must not lose a run)."""
     if not (run_dir / "eval.csv").is_file():
         return None
     try:
+        rows = RunLogger.read_evaluations(run_dir / "eval.csv")
+        if rows and "imitation_distance" in rows[0]:
+            return plot_imitation_curve(run_dir / "eval.csv", run_dir / "learning_curve.png", title=title)
         return plot_learning_curve(run_dir / "eval.csv", run_dir / "learning_curve.png", title=title,
                                    expert_return=expert_return)
     except Exception as err:
         warn(f"no learning-curve plot: {err}")
         return None
+
+
+def plot_imitation_curve(eval_csv: str | Path, output: str | Path, title: str = "") -> Path:
+    """A task without a reward: the imitation distance against environment steps, with the random
+    policy's as the reference line (0 is on the demonstrations)."""
+    rows = [r for r in RunLogger.read_evaluations(eval_csv) if np.isfinite(r["imitation_distance"])]
+    if not rows:
+        raise ValueError(f"no imitation evaluations in {eval_csv}")
+    fig, ax = _axes()
+    ax.plot([r["env_step"] for r in rows], [r["imitation_distance"] for r in rows], marker="o", markersize=3,
+            label="policy")
+    ax.axhline(rows[-1]["imitation_random"], color="gray", linestyle="--", label="random actions")
+    return _save(fig, ax, output, "imitation distance (0 = the demonstrations)", title)
+
+
+def _axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(6.4, 4.0), dpi=120)
+
+
+def _save(fig, ax, output: str | Path, ylabel: str, title: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
 
 
 def plot_learning_curve(eval_csv: str | Path, output: str | Path, title: str = "",
@@ -56,12 +100,7 @@ def plot_curves(groups: Mapping[str, Sequence[str | Path]], output: str | Path, 
     file shows its own evaluation std as the band. `max_step` leaves out later evaluations (runs of
     different lengths compared over the same span).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    fig, ax = _axes()
     for label, files in groups.items():
         runs = [_by_step(RunLogger.read_evaluations(f, until=max_step)) for f in files]
         runs = [r for r in runs if r]
@@ -89,16 +128,4 @@ def plot_curves(groups: Mapping[str, Sequence[str | Path]], output: str | Path, 
         ax.fill_between(common, low, high, color=color, alpha=0.2)
     if expert_return is not None and np.isfinite(expert_return):
         ax.axhline(expert_return, color="gray", linestyle="--", label="expert")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("evaluation return")
-    if title:
-        ax.set_title(title)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="best")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, ax, output, "evaluation return", title)

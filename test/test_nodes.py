@@ -30,6 +30,7 @@ from opolo_ros.ros import messages as m  # noqa: E402
 from opolo_ros.ros.qos import qos_for  # noqa: E402
 from opolo_ros.ros.runtime import linked, spin_until  # noqa: E402
 from opolo_ros.sim.envs import make_env  # noqa: E402
+from opolo_ros.train.logger import RunLogger  # noqa: E402
 
 pytestmark = pytest.mark.ros
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,9 +433,10 @@ def test_bridge_survives_a_diverging_simulation(tmp_path, ros_domain_id):
         [list(msg.position) for msg in last[:5]]
 
 
-def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
-    """An MJCF task has no reward: the graph trains and exports, and says it did not evaluate
-    (it used to print 'nan +- nan (10 deterministic episodes)')."""
+def test_mjcf_training_run_is_evaluated_by_its_imitation_distance(tmp_path, ros_domain_id):
+    """An MJCF task has no reward: the graph trains and exports, and evaluates the policy by how far
+    its states are from the demonstrations' (it used to print 'nan +- nan (10 deterministic
+    episodes)', then 'no evaluation')."""
     import gymnasium
 
     from opolo_ros.ros import runtime
@@ -455,9 +457,17 @@ def test_mjcf_training_run_reports_no_evaluation(tmp_path, ros_domain_id):
                           f"run_dir:={tmp_path / 'run'}", f"demos:={demos}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "no evaluation: the task has no reward" in run.stdout and "nan" not in run.stdout
-    assert "no evaluation (no reward)" in run.stderr
-    assert "no learning-curve plot" not in run.stderr  # warned of an eval.csv no MJCF run writes
+    said = re.search(r"imitation distance: ([\d.]+) \(random actions: ([\d.]+); 0 = the demonstrations' "
+                     r"states, \d+ deterministic episodes\), score (-?[\d.]+)", run.stdout)
+    assert said and "nan" not in run.stdout, run.stdout[-2000:]
+    rows = RunLogger.read_evaluations(tmp_path / "run" / "eval.csv")
+    assert [r["env_step"] for r in rows] == [1100]  # (eval_every 5000: the final one)
+    last = rows[-1]
+    assert (f"{last['imitation_distance']:.3f}", f"{last['imitation_random']:.3f}") == said.groups()[:2]
+    assert 0 < last["imitation_distance"] and last["imitation_random"] > 0
+    assert np.isnan(last["return_mean"]) and f"{last['imitation_score']:.3f}" == said.group(3)
+    assert "done: 1100 transitions, imitation distance " in run.stderr
+    assert "no learning-curve plot" not in run.stderr and (tmp_path / "run" / "learning_curve.png").is_file()
     assert (tmp_path / "run" / "policy.onnx").is_file()
     # export rebuilt the env with the Gymnasium-only make_env: "Malformed environment ID" (a walkthrough)
     export = subprocess.run([str(Path(sys.executable).parent / "opolo-ros"), "export",

@@ -133,18 +133,20 @@ class EvaluationInterrupted(Exception):
 
 def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int = 10,
              seed: int = 10_000, time_feature: bool = False,
-             stop: threading.Event | None = None) -> np.ndarray:
+             stop: threading.Event | None = None, make: Callable[[], gym.Env] | None = None,
+             visited: list[np.ndarray] | None = None) -> np.ndarray:
     """Deterministic evaluation: returns of `episodes` episodes; `policy` maps obs -> env-unit action.
     Raises :class:`EvaluationInterrupted` at the first step after `stop` is set (a long evaluation
     must not hold up a stopping run; it is done again when the run resumes). An episode in which
     the policy returns a non-finite action scores NaN: MuJoCo would run it as 0 and the divergence
-    guard end the episode, scoring a NaN policy like one that fell at once."""
-    env = make_env(env_id, time_feature=time_feature)
+    guard end the episode, scoring a NaN policy like one that fell at once. `make` builds the env
+    instead of the Gymnasium id (an MJCF task's); `visited` gets each episode's observations."""
+    env = make() if make is not None else make_env(env_id, time_feature=time_feature)
     returns = []
     try:
         for k in range(episodes):
             obs, _ = env.reset(seed=seed + k)
-            done, total = False, 0.0
+            done, total, states = False, 0.0, [obs]
             while not done:
                 if stop is not None and stop.is_set():
                     raise EvaluationInterrupted
@@ -153,9 +155,12 @@ def evaluate(policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: 
                     total, done = math.nan, True
                     continue
                 obs, r, term, trunc, _ = env.step(action)
+                states.append(obs)
                 total += float(r)
                 done = term or trunc
             returns.append(total)
+            if visited is not None:
+                visited.append(np.asarray(states, dtype=np.float32))
     finally:
         env.close()
     return np.asarray(returns)
@@ -167,11 +172,17 @@ def random_policy_return(env_id: str, episodes: int = 10, seed: int = 20_000,
     :class:`EvaluationInterrupted` as :func:`evaluate` raises it (10 random episodes of a task
     without termination take seconds: a run's first evaluation does this, not its start-up, which
     a signal must be able to end within 2 s)."""
-    env = make_env(env_id)
+    return float(evaluate(random_policy(lambda: make_env(env_id), seed), env_id, episodes, seed,
+                          stop=stop).mean())
+
+
+def random_policy(make: Callable[[], gym.Env], seed: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Uniform random actions in the action space of the env `make` builds, seeded with `seed`."""
+    env = make()
     space = env.action_space
     space.seed(seed)
     env.close()
-    return float(evaluate(lambda _obs: space.sample(), env_id, episodes, seed, stop=stop).mean())
+    return lambda _obs: space.sample()
 
 
 def normalised_score(ret: float, random_ret: float, expert_ret: float) -> float:

@@ -94,6 +94,8 @@ class TrainResult:
     expert_return: float
     random_return: float
     policy_path: Path
+    # a task without a reward (MJCF): the last imitation distance and the random policy's
+    imitation: tuple[float, float] | None = None
 
 
 def seed_everything(seed: int) -> None:

@@ -33,6 +33,9 @@ def _cell(key: str, value: object) -> object:
 class RunLogger:
     # r_expert, r_random: the normalised score's R_expert and R_random (blank in older logs)
     EVAL_FIELDS = ("env_step", "return_mean", "return_std", "normalised", "wall_s", "r_expert", "r_random")
+    # a task without a reward (an MJCF robot): its states' distance to the demonstrations', the
+    # random policy's, and 1 - their ratio (opolo_ros.sim.imitation); written by such runs only
+    IMITATION_FIELDS = ("imitation_distance", "imitation_random", "imitation_score")
 
     def __init__(self, run_dir: str | Path, tensorboard: bool = True, purge_from: int | None = None) -> None:
         """`purge_from`: TensorBoard hides earlier events at this step and later (:func:`purge_step`)."""
@@ -57,10 +60,13 @@ class RunLogger:
         rows = [r for r in rows if r["env_step"] < row["env_step"]] + [row]
         tmp = self.eval_csv.with_name(f".{self.eval_csv.name}.tmp")
         with open(tmp, "w", newline="") as f:  # then renamed: a crash never leaves half a file
-            w = csv.DictWriter(f, fieldnames=self.EVAL_FIELDS)
+            fields = self.EVAL_FIELDS
+            if any(k in r for r in rows for k in self.IMITATION_FIELDS):
+                fields += self.IMITATION_FIELDS
+            w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             for r in rows:
-                w.writerow({k: _cell(k, r.get(k, "")) for k in self.EVAL_FIELDS})
+                w.writerow({k: _cell(k, r.get(k, "")) for k in fields})
         os.replace(tmp, self.eval_csv)
 
     @staticmethod

@@ -45,6 +45,7 @@ from opolo_ros.sim.envs import (
     normalised_score,
     random_policy_return,
 )
+from opolo_ros.sim.imitation import ImitationEvaluator, demo_states_of, imitation_score
 from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import control_period, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
@@ -149,6 +150,8 @@ class StreamTrainer:
         self.result: TrainResult | None = None
         self.last_eval: tuple[int, float, float] = (-1, math.nan, math.nan)
         self.best_return = -math.inf
+        self.imitation: ImitationEvaluator | None = None  # an MJCF task's evaluation (no reward)
+        self.last_imitation: tuple[float, float] | None = None  # (distance, the random policy's)
         self.void_steps = 0  # transitions of diverged simulation steps: counted, never stored
         self.first_batches: dict[int, int] = {}  # source -> fingerprint of the batch 0 consumed last
         # source -> {seq: fingerprint} of the batches consumed lately (RECENT_FINGERPRINTS at most)
@@ -171,6 +174,12 @@ class StreamTrainer:
             experts = ExpertDataset(episodes, self.obs_dim, seed=cfg.seed + 1)
             known = [ep.ret for ep in episodes if not math.isnan(ep.ret)]
             self.expert_return = float(np.mean(known)) if known else math.nan
+            if is_mjcf(cfg.env_id):
+                raw_dim = self.obs_dim - int(cfg.time_feature)
+                self.imitation = ImitationEvaluator(
+                    lambda: make_task_env(cfg.env_id, time_feature=cfg.time_feature,
+                                          max_episode_steps=cfg.max_episode_steps),
+                    demo_states_of(episodes, raw_dim), cfg.eval_episodes, seed=10_000 + cfg.seed)
         self.runner = UpdateRunner(self.learner, self.schedule, self.replay, experts)
         self._lock.acquire()  # before anything in the run folder is read or written
         if not resume:
@@ -538,6 +547,7 @@ class StreamTrainer:
     def _evaluate(self) -> tuple[float, float]:
         cfg = self.cfg
         if is_mjcf(cfg.env_id):
+            self._evaluate_imitation()
             return math.nan, math.nan
         if math.isnan(self.random_return):  # the score's baseline, at the first evaluation (stoppable)
             self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes, stop=self.stop)
@@ -599,6 +609,9 @@ class StreamTrainer:
             "wall": self._elapsed(), "source": GRAPH_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
+            "last_imitation": self.last_imitation,
+            "imitation": ({"random": self.imitation.random_distance, "best": self.imitation.best}
+                          if self.imitation is not None else None),
             "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
             "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high,
                                    self.control_period, recorded_joints(self.cfg.env_id)),
@@ -664,6 +677,11 @@ class StreamTrainer:
         self.pending = Plan(**pending) if pending else None
         self._periodic_due = bool(state.get("periodic_due", False))
         self.best_return = state.get("best_return", -math.inf)
+        imitation = state.get("imitation")
+        if imitation and self.imitation is not None:
+            self.imitation.random_distance, self.imitation.best = imitation["random"], imitation["best"]
+        last = state.get("last_imitation")
+        self.last_imitation = tuple(last) if last is not None else None
         self.void_steps = int(state.get("void_steps", 0))
         self.first_batches = {int(k): int(v) for k, v in state.get("first_batches", {}).items()}
         # a finished run started again reports its last evaluation instead of running another
@@ -677,6 +695,28 @@ class StreamTrainer:
             return False
         self.save(light=True)
         return True
+
+    def _evaluate_imitation(self) -> None:
+        """An MJCF task's evaluation: the imitation distance of the deterministic policy's states to
+        the demonstrations' (:mod:`opolo_ros.sim.imitation`), against the random policy's."""
+        if self.imitation is None:
+            return
+        distance, random_distance = self.imitation(PolicyFn(self.learner.actor, self.scaler), self.stop)
+        score = imitation_score(distance, random_distance)
+        self.logger.scalars(self.step, {"eval/imitation_distance": distance, "eval/imitation_score": score})
+        self.logger.evaluation({"env_step": self.step, "wall_s": self._elapsed(),
+                                "imitation_distance": distance, "imitation_random": random_distance,
+                                "imitation_score": score})
+        line = (f"step {self.step}: imitation distance {distance:.3f} (random actions "
+                f"{random_distance:.3f}, 0 = on the demonstrations), score {score:.3f}")
+        if self._bar is not None:
+            self._bar.write(line)
+        else:
+            self.hooks.log.info(line)
+        self.last_eval = (self.step, math.nan, math.nan)
+        self.last_imitation = (distance, random_distance)
+        if self.imitation.improved(distance) and self.cfg.keep_best:
+            self.export(self.run_dir / "policy_best.onnx")
 
     def finish(self) -> TrainResult:
         """After ``total_steps``: final evaluation, checkpoint, export, learning-curve PNG."""
@@ -694,9 +734,14 @@ class StreamTrainer:
                                         self.hooks.log.warning)
         self.result = TrainResult(self.run_dir, self.step, mean, std,
                                   normalised_score(mean, self.random_return, self.expert_return),
-                                  self.expert_return, self.random_return, self.policy_path)
-        evaluated = ("no evaluation (no reward)" if math.isnan(mean)
-                     else f"eval return {mean:.1f} +- {std:.1f}")
+                                  self.expert_return, self.random_return, self.policy_path,
+                                  self.last_imitation)
+        if self.last_imitation is not None:
+            evaluated = (f"imitation distance {self.last_imitation[0]:.3f} (random actions "
+                         f"{self.last_imitation[1]:.3f})")
+        else:
+            evaluated = ("no evaluation (no reward)" if math.isnan(mean)
+                         else f"eval return {mean:.1f} +- {std:.1f}")
         void = f" ({self.void_steps} of them void: the simulation diverged)" if self.void_steps else ""
         self.hooks.log.info(f"done: {self.step} transitions{void}, {evaluated}, run folder {self.run_dir}")
         if 2 * self.void_steps > self.step:

@@ -1,0 +1,95 @@
+"""The imitation distance: how an MJCF robot's run (no reward) is evaluated, from its states."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opolo_ros.sim import imitation
+from opolo_ros.sim.imitation import (
+    ImitationEvaluator,
+    demo_scale,
+    imitation_distance,
+    imitation_score,
+    mean_nearest,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_mean_nearest_is_the_mean_distance_to_the_closest_row_in_any_chunking(monkeypatch) -> None:
+    a = np.array([[0.0, 0.0], [3.0, 4.0], [1.0, 0.0]])
+    b = np.array([[0.0, 0.0], [3.0, 3.0]])
+    assert mean_nearest(a, b) == pytest.approx((0.0 + 1.0 + 1.0) / 3)
+    assert mean_nearest(b, a) == pytest.approx((0.0 + 1.0) / 2)
+    monkeypatch.setattr(imitation, "CHUNK_ROWS", 1)  # row by row: the same
+    assert mean_nearest(a, b) == pytest.approx(2.0 / 3)
+
+
+def test_the_scale_is_the_demonstrations_spread_with_a_floor_for_still_joints() -> None:
+    states = np.array([[0.0, 5.0, 0.0], [4.0, 5.0, 2.0]])  # std 2, 0, 1: median 1, floor 0.1
+    centre, scale = demo_scale(states)
+    assert centre.tolist() == [2.0, 5.0, 1.0] and scale.tolist() == pytest.approx([2.0, 0.1, 1.0])
+    with pytest.raises(ValueError, match="non-empty 2-D array, got shape"):
+        demo_scale(np.zeros((0, 3)))
+
+
+def test_the_distance_is_zero_on_the_demonstrations_and_counts_both_directions() -> None:
+    rng = np.random.default_rng(0)
+    demos = rng.normal(size=(200, 4)) * [1.0, 10.0, 0.1, 1.0]
+    assert imitation_distance(demos, demos) == pytest.approx(0.0, abs=1e-6)
+    # staying at one demonstrated state: every visited state is on the demonstrations, but most of
+    # them are never reached; the one-way distance would call that perfect
+    stuck = np.repeat(demos[:1], 50, axis=0)
+    assert mean_nearest(stuck, demos) == pytest.approx(0.0, abs=1e-6)
+    assert imitation_distance(stuck, demos) > 0.5
+    # in units of each dimension's spread: rescaling a dimension in both changes nothing
+    shifted = demos + rng.normal(size=demos.shape) * 0.1
+    scaled = [1.0, 1.0, 100.0, 1.0]
+    assert imitation_distance(shifted * scaled, demos * scaled) == pytest.approx(
+        imitation_distance(shifted, demos))
+    # states after a blow-up are left out; a policy with none at all is infinitely far
+    with_nan = np.vstack([demos, np.full((3, 4), np.nan)])
+    assert imitation_distance(with_nan, demos) == pytest.approx(0.0, abs=1e-6)
+    assert imitation_distance(np.full((3, 4), np.inf), demos) == np.inf
+
+
+def test_the_score_is_one_on_the_demonstrations_and_zero_as_far_as_random_actions() -> None:
+    assert imitation_score(0.0, 2.0) == 1.0 and imitation_score(2.0, 2.0) == 0.0
+    assert imitation_score(1.5, 2.0) == pytest.approx(0.25)
+    assert np.isnan(imitation_score(1.0, 0.0)) and np.isnan(imitation_score(1.0, float("nan")))
+
+
+def pendulum_model(tmp_path: Path) -> str:
+    """InvertedPendulum-v5's model as an MJCF robot, at the task's control step (2 x 0.02 s)."""
+    import gymnasium
+
+    asset = (Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text()
+    xml = tmp_path / "pendulum.xml"
+    xml.write_text(asset.replace("<worldbody>", '<custom><numeric name="frame_skip" data="2"/></custom>'
+                                                "<worldbody>", 1))
+    return str(xml)
+
+
+def test_the_expert_is_near_its_demonstrations_and_random_actions_are_far(tmp_path: Path) -> None:
+    """The shipped InvertedPendulum expert on an MJCF copy of its model, evaluated against its own
+    demonstrations: a score near 1; random actions (the pendulum falls and swings) score 0 by
+    definition, and their distance is taken once."""
+    from opolo_ros.data.demos import load_episodes
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.sim.tasks import make_task_env
+
+    xml = pendulum_model(tmp_path)
+    demos = load_episodes(ROOT / "models" / "demos" / "InvertedPendulum-v5")
+    states = imitation.demo_states_of(demos, 4)
+    evaluator = ImitationEvaluator(lambda: make_task_env(xml), states, episodes=2, seed=10_000)
+    expert = load_policy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx")
+    distance, random_distance = evaluator(expert)
+    assert random_distance > 1.0 and distance < 0.15 * random_distance, (distance, random_distance)
+    assert imitation_score(distance, random_distance) > 0.85
+    still = lambda obs: np.zeros(1, dtype=np.float32)  # noqa: E731  (falls too, more slowly)
+    assert evaluator(still)[1] == random_distance and evaluator(still)[0] > distance
+    assert evaluator.improved(distance) and not evaluator.improved(distance + 1e-6)
+    assert evaluator.improved(distance / 2)
