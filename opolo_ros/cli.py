@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opolo_ros import signals
 from opolo_ros.algo.config import (
@@ -29,6 +29,9 @@ from opolo_ros.algo.config import (
 )
 from opolo_ros.errors import one_line
 from opolo_ros.sim.task_ids import is_mjcf
+
+if TYPE_CHECKING:
+    import numpy as np
 
 COMMAND_OF_ALGO = {"opolo": "train", "td3": "train-expert"}
 
@@ -120,9 +123,7 @@ def _gym_task(env_id: str, command: str) -> str:
     """`env_id`, unless it is an MJCF file: those have no reward to evaluate, nor a rollout helper here."""
     if is_mjcf(env_id):
         what = {"record": "record a robot model's expert through the graph: opolo-ros launch "
-                          "record_expert env:=<file.xml> model:=...",
-                "evaluate": "watch the policy on it through the graph instead: sim_bridge (mode "
-                            "realtime) and opolo-ros launch deploy"}.get(command, "")
+                          "record_expert env:=<file.xml> model:=..."}.get(command, "")
         raise ValueError(f"{command} needs a Gymnasium task id, not an MJCF file ({env_id}): it has no "
                          f"reward" + (f"; {what}" if what else ""))
     return env_id
@@ -131,23 +132,37 @@ def _gym_task(env_id: str, command: str) -> str:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from opolo_ros.export.onnx_policy import load_policy
     from opolo_ros.sim.envs import check_policy_fits, evaluate
+    from opolo_ros.sim.tasks import make_task_env
 
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     policy = load_policy(args.model)
-    env_id = _gym_task(args.env_id or policy.metadata.env_id, args.command)
+    env_id = args.env_id or policy.metadata.env_id
+    if is_mjcf(env_id) and not args.demos:
+        raise ValueError(f"{env_id} is an MJCF model, which has no reward: give --demos (the demonstrations "
+                         "to measure the policy's motion against: the imitation distance)")
     time_feature = policy.metadata.time_feature
+    if args.max_episode_steps and not is_mjcf(env_id):
+        raise ValueError(f"--max-episode-steps sets an MJCF model's time limit; {env_id} keeps its own")
     check_policy_fits(args.model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id,
                       time_feature)
+    steps = args.max_episode_steps or (policy.metadata.time_feature_steps or 0 if is_mjcf(env_id) else 0)
+    make = lambda: make_task_env(env_id, time_feature=time_feature, max_episode_steps=steps)  # noqa: E731
+    demos = _evaluation_demos(args, policy, env_id) if args.demos else None
+    visited: list[np.ndarray] = []
     returns = evaluate(policy, env_id, args.episodes, seed=args.seed, time_feature=time_feature,
-                       stop=signals.interrupt_event())  # an interrupt a native import swallowed
-    print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
+                       stop=signals.interrupt_event(),  # an interrupt a native import swallowed
+                       make=make, visited=visited)
+    values: dict[str, object] = {"eval_episodes": len(returns), "eval_seed": args.seed}
+    if not is_mjcf(env_id):
+        print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
+        values.update(eval_return_mean=round(float(returns.mean()), 2),
+                      eval_return_std=round(float(returns.std()), 2))
+    if demos is not None:
+        values.update(_imitation_report(env_id, demos, visited, make, args))
     if args.stamp:
         from opolo_ros.export.onnx_policy import stamp_metadata
 
-        values = {"eval_return_mean": round(float(returns.mean()), 2),
-                  "eval_return_std": round(float(returns.std()), 2),
-                  "eval_episodes": len(returns), "eval_seed": args.seed}
         also = ""
         if policy.metadata.control_period_s is None and env_id == policy.metadata.env_id:
             # a model exported before exports recorded it: its own task's period, for the actor
@@ -158,11 +173,53 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if time_feature and policy.metadata.time_feature_steps is None and env_id == policy.metadata.env_id:
             from opolo_ros.sim.tasks import time_limit
 
-            values["time_feature_steps"] = time_limit(env_id)  # the T it was evaluated (and trained) with
+            values["time_feature_steps"] = time_limit(env_id, steps)  # the T it was evaluated (and trained) with
             also += f"{' and' if not also else ','} its time feature's T ({values['time_feature_steps']})"
         stamp_metadata(args.model, values)
         print(f"wrote the evaluation{also} into the metadata of {args.model}")
     return 0
+
+
+def _evaluation_demos(args: argparse.Namespace, policy, env_id: str) -> np.ndarray:
+    """The states of `--demos` (read with the demonstration options; a JointState bag by the
+    policy's joints, or its task model's, unless --joints), checked against the policy's input."""
+    from opolo_ros.data.demos import load_episodes
+    from opolo_ros.sim.imitation import demo_states_of
+
+    joints = args.joints
+    if not joints and Path(args.demos).suffix != ".npz":
+        from opolo_ros.data.bags import JOINT_STATE, demonstration_type
+        from opolo_ros.sim.tasks import task_joint_names
+
+        if demonstration_type(args.demos, args.topic or None) == JOINT_STATE:
+            joints = ",".join(policy.metadata.joint_names or task_joint_names(env_id))
+    episodes = load_episodes(args.demos, topic=args.topic, joints=joints, fields=args.fields,
+                             episode_gap_s=args.episode_gap, obs_field=args.obs_field)
+    dim = policy.metadata.obs_dim - int(policy.metadata.time_feature)
+    if episodes[0].obs.shape[1] != dim:
+        also = " (and the time feature)" if policy.metadata.time_feature else ""
+        raise ValueError(f"demonstrations {args.demos} have {episodes[0].obs.shape[1]} values per state, "
+                         f"{args.model} takes {dim}{also}")
+    return demo_states_of(episodes, dim)
+
+
+def _imitation_report(env_id: str, demos: np.ndarray, visited: list[np.ndarray], make,
+                      args: argparse.Namespace) -> dict[str, float]:
+    """Print the policy's imitation distance to `demos` (and random actions', with the same episode
+    seeds); the values --stamp writes."""
+    import numpy as np
+
+    from opolo_ros.sim.imitation import imitation_distance, imitation_score, random_visited_states
+
+    dim = demos.shape[1]
+    distance = imitation_distance(np.concatenate(visited)[:, :dim], demos)
+    random_distance = imitation_distance(
+        random_visited_states(make, args.episodes, args.seed, dim, signals.interrupt_event()), demos)
+    score = imitation_score(distance, random_distance)
+    print(f"{env_id}: imitation distance {distance:.3f} to {args.demos} (random actions "
+          f"{random_distance:.3f}; 0 = the demonstrations' states), score {score:.3f}, over "
+          f"{len(visited)} episodes")
+    return {"eval_imitation_distance": round(distance, 4), "eval_imitation_random": round(random_distance, 4)}
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -313,6 +370,21 @@ INFO_DEFAULTS: dict[str, object] = {"topic": "", "joints": "", "fields": "positi
                                     "episode_gap": 0.5, "obs_field": ""}
 
 
+def demo_option_args(parser: argparse.ArgumentParser) -> None:
+    """The options that read demonstrations from a bag (info's and evaluate's)."""
+    parser.add_argument("--topic", default=INFO_DEFAULTS["topic"], help="demonstrations: the bag's topic "
+                        "(default: the demonstration topic, else the only observation topic)")
+    parser.add_argument("--joints", default=INFO_DEFAULTS["joints"],
+                        help="demonstrations: JointState joint names in policy order")
+    parser.add_argument("--fields", default=INFO_DEFAULTS["fields"], help="demonstrations: JointState fields")
+    parser.add_argument("--episode-gap", dest="episode_gap", type=float, default=INFO_DEFAULTS["episode_gap"],
+                        help="demonstrations: seconds between messages that split a stream into episodes "
+                             "(> 0; inf: gaps never split)")
+    parser.add_argument("--obs-field", dest="obs_field", default=INFO_DEFAULTS["obs_field"],
+                        help="demonstrations of another message type: the fields that make the observation "
+                             "(pose.pose,twist.twist for nav_msgs/Odometry)")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from opolo_ros.info import NONE_READ, info_lines
 
@@ -458,8 +530,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="episode k is reset with seed + k (default 10000; a run's evaluations use 10000 "
                          "+ its seed)")
     ev.add_argument("--stamp", action="store_true",
-                    help="write the evaluation (mean/std/episodes/seed) into the model's metadata, "
-                         "and its task's control period where the model does not record one")
+                    help="write the evaluation (mean/std/episodes/seed, the imitation distances with "
+                         "--demos) into the model's metadata, and its task's control period where the "
+                         "model does not record one")
+    ev.add_argument("--demos", default="",
+                    help="also (for an MJCF model: only) the imitation distance of the policy's states to "
+                         "these demonstrations' (a bag, folder of bags or .npz), against random actions'")
+    ev.add_argument("--max-episode-steps", dest="max_episode_steps", type=count_value, default=0,
+                    help="an MJCF model's episode length (default: the policy's time-feature T, else 1000)")
+    demo_option_args(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     ex = sub.add_parser("export", help="export the policy of a checkpoint to ONNX (config: --config, "
@@ -504,17 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "actuators, control period) or a bag / .npz (topics, episodes) holds")
     inf.add_argument("path", help="a .onnx policy, a .xml MJCF model, a rosbag2 bag (folder or storage "
                                   "file), a folder of bags, or a .npz of episodes")
-    inf.add_argument("--topic", default=INFO_DEFAULTS["topic"], help="demonstrations: the bag's topic "
-                     "(default: the demonstration topic, else the only observation topic)")
-    inf.add_argument("--joints", default=INFO_DEFAULTS["joints"],
-                     help="demonstrations: JointState joint names in policy order")
-    inf.add_argument("--fields", default=INFO_DEFAULTS["fields"], help="demonstrations: JointState fields")
-    inf.add_argument("--episode-gap", dest="episode_gap", type=float, default=INFO_DEFAULTS["episode_gap"],
-                     help="demonstrations: seconds between messages that split a stream into episodes "
-                          "(> 0; inf: gaps never split)")
-    inf.add_argument("--obs-field", dest="obs_field", default=INFO_DEFAULTS["obs_field"],
-                     help="demonstrations of another message type: the fields that make the observation "
-                          "(pose.pose,twist.twist for nav_msgs/Odometry)")
+    demo_option_args(inf)
     inf.set_defaults(func=cmd_info)
 
     la = sub.add_parser("launch", help="run a launch file's node graph in one process (without ros2 launch)")

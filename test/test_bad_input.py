@@ -97,8 +97,9 @@ CASES = {
                                     "--demos is for OPOLO"),
     "launch with a plain run config": Case(("launch", "sim_train", "params_file:={expert_config}"),
                                            "looks like a plain run config"),
-    "evaluate on an MJCF file": Case(("evaluate", "{expert_onnx}", "--env-id", "{tmp}/robot.xml"),
-                                     "evaluate needs a Gymnasium task id"),
+    "evaluate on an MJCF file without demos": Case(
+        ("evaluate", "{expert_onnx}", "--env-id", "{tmp}/robot.xml"),
+        "robot.xml is an MJCF model, which has no reward: give --demos"),
     "evaluate on an id whose module is missing": Case(  # ModuleNotFoundError's traceback before
         ("evaluate", "{expert_onnx}", "--env-id", "nosuchmod:Foo-v0"),
         "cannot create environment 'nosuchmod:Foo-v0': No module named 'nosuchmod'"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +94,45 @@ def test_the_expert_is_near_its_demonstrations_and_random_actions_are_far(tmp_pa
     assert evaluator(still)[1] == random_distance and evaluator(still)[0] > distance
     assert evaluator.improved(distance) and not evaluator.improved(distance + 1e-6)
     assert evaluator.improved(distance / 2)
+
+
+def test_evaluate_measures_an_mjcf_policys_motion_against_demonstrations(tmp_path: Path, capsys) -> None:
+    """`opolo-ros evaluate` on an MJCF model (no reward) with --demos: the imitation distance and
+    score instead of a return (it refused MJCF models before); --stamp writes them; for a Gymnasium
+    task both; demonstrations of another size are one line."""
+    import shutil
+    import sys
+
+    from opolo_ros import cli
+    from opolo_ros.export.onnx_policy import load_policy
+
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import pendulum_robot_demos
+
+    xml = pendulum_model(tmp_path)
+    demos = pendulum_robot_demos(tmp_path / "demos.npz")
+    model = tmp_path / "expert.onnx"
+    shutil.copy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx", model)
+    args = ["evaluate", str(model), "--env-id", xml, "--episodes", "2", "--max-episode-steps", "300"]
+    assert cli.main([*args, "--demos", str(demos), "--stamp"]) == 0
+    out = capsys.readouterr().out
+    said = re.search(rf"pendulum.xml: imitation distance ([\d.]+) to {re.escape(str(demos))} \(random "
+                     r"actions ([\d.]+); 0 = the demonstrations' states\), score ([\d.]+), over 2 episodes",
+                     out)
+    assert said and float(said.group(3)) > 0.8 and "return" not in out, out
+    extra = load_policy(model).metadata.extra
+    assert f"{float(extra['eval_imitation_distance']):.3f}" == said.group(1)
+    shipped = load_policy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx").metadata.extra
+    assert extra["eval_return_mean"] == shipped["eval_return_mean"]  # not a robot model's 0 return
+    # a Gymnasium task: the return, and the distance to its shipped bag
+    bag = ROOT / "models" / "demos" / "InvertedPendulum-v5"
+    assert cli.main(["evaluate", str(model), "--episodes", "1", "--demos", str(bag)]) == 0
+    out = capsys.readouterr().out
+    assert "InvertedPendulum-v5: return 1000.0 +- 0.0 over 1 episodes" in out
+    assert "InvertedPendulum-v5: imitation distance " in out
+    # the same demonstrations for a policy of another size
+    hopper = ROOT / "models" / "experts" / "Hopper-v5.onnx"
+    assert cli.main(["evaluate", str(hopper), "--episodes", "1", "--demos", str(bag)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"demonstrations {bag} have 4 values per state, {hopper} takes 11 (and the time "
+                        "feature)") and len(err.splitlines()) == 1, err
