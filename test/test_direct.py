@@ -1566,6 +1566,33 @@ def test_a_run_on_demonstrations_recorded_at_another_rate_warns(tmp_path, capsys
             "0.04 s (25 Hz)") in capsys.readouterr().err
 
 
+def test_a_time_feature_run_on_demonstrations_shorter_than_its_time_limit_warns(tmp_path, demos, capsys,
+                                                                                 caplog):
+    """59-step demonstrations of InvertedPendulum-v5 (T=1000) with time_feature: the discriminator
+    sees no expert state late in an episode, which trained without a word (a walkthrough). Both
+    trainers say so as they start (the learner node's through its StreamTrainer); without the time
+    feature neither does."""
+    from opolo_ros.train.direct import prepare_demos
+
+    said = ("time_feature is on with a time limit of T=1000 steps, but the 4 demonstration episodes have "
+            "59 steps")
+    DirectTrainer(small_cfg(tmp_path, demos, total_steps=20)).train()
+    assert said not in capsys.readouterr().err
+    cfg = small_cfg(tmp_path, demos, total_steps=20, time_feature=True, run_dir=str(tmp_path / "tf"))
+    DirectTrainer(cfg).train()
+    assert f"warning: {said}" in capsys.readouterr().err
+
+    stream = StreamTrainer(load_run_config(None, {**to_dict(cfg), "run_dir": str(tmp_path / "stream")}),
+                           policy_every=cfg.total_steps, hooks=quiet_hooks())
+    try:
+        with caplog.at_level(logging.WARNING, logger="s"):
+            stream.start(prepare_demos(cfg, stream.max_steps), resume=False, journal=False,
+                         journal_fsync=False)
+    finally:
+        stream.close()
+    assert any(text.startswith(said) for text in caplog.messages), caplog.messages
+
+
 def test_an_evaluation_at_a_logged_step_replaces_it_and_unknown_baselines_stay_blank(tmp_path, monkeypatch):
     """eval.csv holds one row per step: an evaluation logged again at a step (a resumed run owes its
     checkpoint's) replaces the row; unknown baselines are blank cells, as older logs have them; a

@@ -191,3 +191,25 @@ def test_demonstrations_recorded_at_another_rate_than_the_task_are_said():
     assert rate_note(recorded(0.0105), 0.01) is None and rate_note(recorded(0.0115), 0.01) is not None
     assert rate_note(recorded(0.005), None) is None
     assert rate_note([Episode(np.zeros((3, 2), np.float32))], 0.01) is None
+
+
+def test_demonstrations_shorter_than_the_time_limit_are_said():
+    """With time_feature, 300-step demonstrations against T=1000 never showed the discriminator an
+    expert state with a time feature below 0.7: the learner's reward said nothing late in its
+    episodes, without a word (a walkthrough). The longest episode is compared with
+    SHORT_EPISODE_SHARE of T; none for no T (time_feature off) or no episodes."""
+    from opolo_ros.data.demos import SHORT_EPISODE_SHARE, Episode, short_episodes_note
+
+    def of(*steps):
+        return [Episode(np.zeros((n + 1, 2), np.float32)) for n in steps]
+
+    note = short_episodes_note(of(300, 250), 1000)
+    assert note == ("time_feature is on with a time limit of T=1000 steps, but the 2 demonstration episodes "
+                    "have 250..300 steps: no expert state has a time feature below 0.7, so the learner's "
+                    "reward says nothing in the last 700 steps of its episodes. Record full-length "
+                    "episodes, set max_episode_steps to 300 (an MJCF robot), or set time_feature: false")
+    assert "but the demonstration episode has 300 steps: " in short_episodes_note(of(300), 1000)
+    edge = int(SHORT_EPISODE_SHARE * 1000)
+    assert short_episodes_note(of(100, edge), 1000) is None  # the longest counts
+    assert short_episodes_note(of(edge - 1), 1000) is not None
+    assert short_episodes_note(of(300), None) is None and short_episodes_note([], 1000) is None

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 # normalisers' variance (float32) and turned every network into NaN; MuJoCo itself takes 1e10 for
 # a diverged simulation.
 MAX_TRAINING_ABS = 1e10
+# time_feature: demonstrations whose longest episode is shorter than this share of the time limit T
+# are warned of (:func:`short_episodes_note`); a few steps short of T (an expert that fell at the end)
+# is no news
+SHORT_EPISODE_SHARE = 0.9
 
 
 @dataclass
@@ -155,3 +159,24 @@ def rate_note(episodes: list[Episode], control_period_s: float | None) -> str | 
             "bag's time stamps are its recorder's clock: a simulation run faster than real time is "
             "recorded faster), or, for an MJCF robot, set its control step with <custom><numeric "
             "name=\"frame_skip\" data=\"N\"/></custom> (timestep x N)")
+
+
+def short_episodes_note(episodes: list[Episode], time_limit_steps: int | None) -> str | None:
+    """A warning for a ``time_feature`` run whose demonstrations' longest episode is shorter than
+    SHORT_EPISODE_SHARE of the time limit T: the discriminator never sees an expert state with a time
+    feature below 1 - longest/T, so late in the learner's episodes its reward says nothing. Only the
+    longest is compared (states cannot tell an expert that fell from a recording cut short). None
+    when it is long enough, or for no episodes or no T."""
+    if not episodes or not time_limit_steps:
+        return None
+    lengths = sorted(len(ep.obs) - 1 for ep in episodes)
+    longest = lengths[-1]
+    if longest >= SHORT_EPISODE_SHARE * time_limit_steps:
+        return None
+    counts = f"{lengths[0]}..{longest}" if lengths[0] != longest else f"{longest}"
+    which = f"{len(lengths)} demonstration episodes have" if len(lengths) > 1 else "demonstration episode has"
+    return (f"time_feature is on with a time limit of T={time_limit_steps} steps, but the {which} "
+            f"{counts} steps: no expert state has a time feature below "
+            f"{1 - longest / time_limit_steps:.3g}, so the learner's reward says nothing in the last "
+            f"{time_limit_steps - longest} steps of its episodes. Record full-length episodes, set "
+            f"max_episode_steps to {longest} (an MJCF robot), or set time_feature: false")

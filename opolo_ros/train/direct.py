@@ -26,7 +26,14 @@ from tqdm import tqdm
 
 from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
-from opolo_ros.data.demos import Episode, ExpertDataset, load_episodes, rate_note, split_names
+from opolo_ros.data.demos import (
+    Episode,
+    ExpertDataset,
+    load_episodes,
+    rate_note,
+    short_episodes_note,
+    split_names,
+)
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import JOINT_NAMES_KEY, TIME_FEATURE_STEPS_KEY, export_policy_or_warn
 from opolo_ros.signals import stop_on_signals
@@ -480,6 +487,9 @@ class DirectTrainer:
         rate = rate_note(self.demos, self.control_period)
         if rate:
             self._warn(rate)
+        short = short_episodes_note(self.demos, self.max_steps if self.cfg.time_feature else None)
+        if short:
+            self._warn(short)
         lock = RunFolderLock(self.run_dir).acquire()
         try:
             return self._train(resume)

@@ -33,7 +33,7 @@ import torch
 from opolo_ros.algo.config import RunConfig, to_dict
 from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.batches import ReplayBatch, SourceAck, replay_fields
-from opolo_ros.data.demos import Episode, ExpertDataset
+from opolo_ros.data.demos import Episode, ExpertDataset, short_episodes_note
 from opolo_ros.data.journal import DAMAGE, JournalRecord, ReplayJournal, read_records
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
@@ -204,6 +204,9 @@ class StreamTrainer:
         untrained = untrained_warning(cfg, self.schedule)
         if untrained:
             self.hooks.log.warning(untrained)
+        short = short_episodes_note(episodes or [], self.max_steps if cfg.time_feature else None)
+        if short:
+            self.hooks.log.warning(short)
         if math.isfinite(cfg.stop_at_return) and is_mjcf(cfg.env_id):
             self.hooks.log.warning(f"stop_at_return={cfg.stop_at_return:g} has no effect: an MJCF task "
                                    "has no return to evaluate")
