@@ -417,7 +417,8 @@ def test_a_publisher_of_another_type_that_starts_after_the_actor_is_named(tmp_pa
     with graph:
         actor = graph.nodes["actor"]
         assert graph.spin_until(lambda: actor.stale, timeout_s=10.0)
-        assert "until observations return (nothing publishes /observation)" in capfd.readouterr().err
+        first = capfd.readouterr().err  # within the discovery grace
+        assert "until observations return (no publisher of /observation discovered yet)" in first
         peer, peer_executor = ros_node("robot")
         peer.create_publisher(JointState, "observation", 10)
         hinted = ("still no valid observation: safe command (/observation is published as "
@@ -432,6 +433,34 @@ def test_a_publisher_of_another_type_that_starts_after_the_actor_is_named(tmp_pa
 
         assert graph.spin_until(told, timeout_s=actor_module.STALE_RECHECK_S + 10.0), err
     assert "set joints" in err and actor.safe_commands > 0
+
+
+def test_the_first_watchdog_warning_within_the_discovery_grace_says_no_publisher_is_discovered_yet(
+        tmp_path, ros_domain_id, capfd, monkeypatch):
+    """A deploy actor started beside a sim bridge (wait_for_controller) warned "nothing publishes
+    /observation" half a second in, while the bridge was still being discovered (a walkthrough).
+    Within discovery_grace_s of start-up the note says none is discovered yet; once the grace is
+    over, a look again (every STALE_RECHECK_S while stale) says nothing publishes it."""
+    from opolo_ros.nodes import actor as actor_module
+
+    monkeypatch.setattr(actor_module, "STALE_RECHECK_S", 0.5)
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    graph = GraphRunner([NodeSpec("actor", "actor", parameters={
+        "mode": "deploy", "model": str(model), "subscribe_policy": False, "observation_timeout_s": 0.5,
+        "watchdog_rate_hz": 20.0, "discovery_grace_s": 2.0})], ros_domain_id)
+    with graph:
+        assert graph.spin_until(lambda: graph.nodes["actor"].stale, timeout_s=10.0)
+        err = capfd.readouterr().err
+        assert "until observations return (no publisher of /observation discovered yet)" in err, err
+        assert "nothing publishes" not in err
+        later = "still no valid observation: safe command (nothing publishes /observation)"
+
+        def told() -> bool:
+            nonlocal err
+            err += capfd.readouterr().err
+            return later in err
+
+        assert graph.spin_until(told, timeout_s=10.0), err
 
 
 CART_POLE_XML = """<mujoco>
@@ -734,6 +763,8 @@ def test_non_finite_or_unusable_parameters_are_refused(tmp_path, ros_domain_id):
     for params, says in [({"observation_timeout_s": NAN}, "'observation_timeout_s' must be a finite"),
                          ({"watchdog_rate_hz": NAN}, "'watchdog_rate_hz' must be a finite number"),
                          ({"max_action_rate": NAN}, "'max_action_rate' must be a finite number"),
+                         ({"discovery_grace_s": NAN}, "'discovery_grace_s' must be a finite number"),
+                         ({"discovery_grace_s": -1.0}, "'discovery_grace_s' must be a finite number >= 0"),
                          ({"rate_hz": INF}, "'rate_hz' must be a finite number"),
                          ({"rate_hz": 1e-300}, r"'rate_hz' must be 0 \(off\) or at least 0.001 Hz"),
                          ({"cpu_affinity": [4000]},

@@ -39,7 +39,10 @@ Deploy safety
       observation. The safe command is not rate limited (stopping is never delayed) unless
       ``ramp_to_safe`` (then it is approached at ``max_action_rate``, as every command, but for the
       one sent as the actor stops); the rate limit ramps from it when the policy takes over again.
-      Also before the first observation.
+      Also before the first observation. The warning names why none may come: nothing publishes
+      the topic (within ``discovery_grace_s`` of start-up: no publisher discovered yet), or its
+      publishers are of another type; while stale it looks again every ``STALE_RECHECK_S`` and
+      logs again when the reason changed.
       The deploy timers (watchdog, ``rate_hz``) run on the steady clock: with ``use_sim_time``
       a ``/clock`` that stops would stop them.
     - Commands stay within the model's bounds, tightened by ``action_low``/``action_high`` (either
@@ -213,7 +216,8 @@ class Actor(FinishableNode):
         self._last_action_msg: Float64MultiArray | None = None
         self._latest_obs: np.ndarray | None = None
         self._latest_seq: int | None = None  # echo_sequence: the tag of _latest_obs
-        self._last_obs_time = time.monotonic()  # no observation yet: stale after the timeout
+        self._started = time.monotonic()  # discovery_grace_s counts from here
+        self._last_obs_time = self._started  # no observation yet: stale after the timeout
         self._command: CommandBuffer | None = None
         self._spec = observation_spec(p["joints"], p["joint_fields"], p["joint_offset"], p["joint_scale"])
         if self._spec is not None and self.obs_dim and self._spec.obs_dim + self._extra != self.obs_dim:
@@ -272,7 +276,7 @@ class Actor(FinishableNode):
             if p[name] not in choices:
                 raise ParameterError(f"parameter '{name}' must be one of {choices}, got {p[name]!r}")
         for name in ("seed", "warmup_steps", "exploration_noise", "rate_hz", "watchdog_rate_hz",
-                     "max_action_rate"):
+                     "max_action_rate", "discovery_grace_s"):
             if not 0 <= p[name] < math.inf:  # NaN too: it would switch the limit or the timer off
                 raise ParameterError(f"parameter '{name}' must be a finite number >= 0, got {p[name]}")
         for name in ("rate_hz", "watchdog_rate_hz"):
@@ -301,6 +305,7 @@ class Actor(FinishableNode):
         self._clock_t = 0
         self._clocked: np.ndarray | None = None  # observation + time feature, reused
         self.obs_timeout = p["observation_timeout_s"]
+        self.discovery_grace = p["discovery_grace_s"]
         self.max_action_rate = p["max_action_rate"]
         self.ramp_to_safe = p["ramp_to_safe"] and self.max_action_rate > 0
         self.rate_check = p["rate_check"]
@@ -714,14 +719,18 @@ class Actor(FinishableNode):
         if now - self._last_obs_time > self.obs_timeout:
             self._publish_safe(now)
 
-    def _publishers_note(self) -> str:
-        """Why no observation may come: nobody publishes the topic, or publishers of another type
-        (which DDS never matches: a JointState actor on a Float32MultiArray topic hears nothing)."""
+    def _publishers_note(self, now: float) -> str:
+        """Why no observation may come: nobody publishes the topic (within ``discovery_grace_s`` of
+        start-up: none discovered yet, as DDS discovery and a sim bridge's wait_for_controller take
+        seconds), or publishers of another type (which DDS never matches: a JointState actor on a
+        Float32MultiArray topic hears nothing)."""
         topic = self._observation_topic
         wanted = ("sensor_msgs/msg/JointState" if self._spec is not None
                   else f"std_msgs/msg/{self._array_type.__name__}")
         types = sorted({info.topic_type for info in self.get_publishers_info_by_topic(topic)})
         if not types:
+            if now - self._started < self.discovery_grace:
+                return f" (no publisher of {topic} discovered yet)"
             return f" (nothing publishes {topic})"
         other = [t for t in types if t != wanted]
         if not other:
@@ -744,14 +753,14 @@ class Actor(FinishableNode):
         if not self.stale:
             self.stale = True
             self.stale_events += 1
-            self._stale_note, self._stale_checked = self._publishers_note(), now
+            self._stale_note, self._stale_checked = self._publishers_note(now), now
             self.get_logger().warning(
                 f"no valid observation for {self.obs_timeout:g} s: publishing the safe command "
                 f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations return"
                 + self._stale_note)
         elif now - self._stale_checked > STALE_RECHECK_S:  # a publisher that came (or went) since
             self._stale_checked = now
-            note = self._publishers_note()
+            note = self._publishers_note(now)
             if note != self._stale_note:
                 self._stale_note = note
                 self.get_logger().warning("still no valid observation: safe command" + (note or

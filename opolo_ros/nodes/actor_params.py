@@ -63,6 +63,9 @@ PARAMETERS: dict[str, tuple] = {
                               "holds all obs_dim values"),
     "observation_timeout_s": (0.5, "observations older than this are stale: no policy command; "
                                    "deploy: the watchdog publishes safe_command"),
+    "discovery_grace_s": (5.0, "deploy: for this long after start-up a watchdog warning says no publisher "
+                               "of the observation topic is discovered yet (DDS discovery, a sim bridge "
+                               "waiting for the actor) instead of that nothing publishes it"),
     "safe_command": ([0.0], "deploy watchdog: the command while observations are stale "
                             "(environment units): act_dim values, or one for every joint"),
     "watchdog_rate_hz": (50.0, "deploy with rate_hz 0: how often the watchdog checks for stale "
