@@ -51,7 +51,7 @@ from opolo_ros.launch_runner import (
     node_parameters,
     resolve_path,
 )
-from opolo_ros.sim.task_ids import is_mjcf
+from opolo_ros.sim.task_ids import is_mjcf, joint_order_error
 
 ARGUMENTS = [
     LaunchArg("model", "", "ONNX policy to run (required; a relative path that is not in the working "
@@ -144,25 +144,23 @@ def _gymnasium_rate(env_id: str) -> float | None:
     return None if period is None else round(1.0 / period, 9)
 
 
-def _check_gymnasium_joint_order(joints: list[str], model: str) -> None:
-    """A policy of a Gymnasium task carries no ``joint_names`` (an MJCF policy's, which the actor
-    checks): `joints` that name the task model's own joints in another order than its observation's
-    (joints:=hinge,slider for InvertedPendulum) fed the policy swapped values without a word, where
-    training refuses such ``demos_joints``. Names the model does not have (a real robot's) pass."""
+def _check_joint_order(joints: list[str], model: str) -> None:
+    """`joints` that name the policy's observed joints (its metadata's ``joint_names``, else its
+    task model's: a Gymnasium policy carries none), all or some, in another order than its
+    observation's (joints:=hinge,slider for InvertedPendulum) fed the policy swapped values without
+    a word, where training refuses such ``demos_joints``: refused before the actor starts, by the
+    actor's own rule (:func:`~opolo_ros.sim.task_ids.joint_order_error`). Names the model does not
+    have (a real robot's) pass."""
     try:
         meta = load_policy(model).metadata
     except PolicyLoadError:
         return  # the actor refuses it with its own error
-    if meta.joint_names or is_mjcf(meta.env_id):
-        return  # the actor checks these against the metadata
-    from opolo_ros.sim.tasks import reordered_joints, task_joint_names
+    from opolo_ros.sim.tasks import task_joint_names
 
-    names = task_joint_names(meta.env_id)  # () for an id this Gymnasium does not know: nothing to compare
-    ordered = reordered_joints(joints, names)
-    if ordered is not None:
-        raise ValueError(f"joints {','.join(joints)} name the joints of {meta.env_id} (the policy "
-                         f"{model}) in another order than its observation's, {','.join(ordered)}: give "
-                         "joints in the policy's order")
+    names = meta.joint_names or task_joint_names(meta.env_id)  # (): a task not here, nothing to compare
+    error = joint_order_error(joints, names, f"{meta.env_id} (the policy {model})")
+    if error:
+        raise ValueError(error)
 
 
 def _given(args: dict) -> dict:
@@ -203,7 +201,7 @@ def describe(args: dict) -> list:
     if joints:
         parameters["joints"] = joints
     if parameters.get("joints"):
-        _check_gymnasium_joint_order(list(parameters["joints"]), model)
+        _check_joint_order(list(parameters["joints"]), model)
     # relative: in a namespace the robot's own (/robot1/joint_states), else /joint_states
     state = args["observation_topic"] or ("joint_states" if parameters.get("joints") else "observation")
     remappings = [("observation", state), ("action", args["action_topic"])]

@@ -515,6 +515,42 @@ def test_joints_in_another_order_than_the_mjcf_policys_are_refused(tmp_path, ros
 
 
 
+def test_some_of_the_policys_joints_in_another_order_are_refused_by_the_actor(tmp_path, ros_domain_id):
+    """Training and the deploy launch refuse joints that name some of the model's joints in another
+    order (sim.tasks.reordered_joints); the actor refused only all of them in another order, and
+    started a three-joint arm's policy on `joints:=hinge2,slider` with position, velocity and effort
+    (6 inputs, as its 3 x 2), feeding it swapped values (a walkthrough). One rule now, and the
+    message says the order to give; the same joints in the policy's order start."""
+    from test_nodes import Linear
+
+    from opolo_ros.algo.config import RunConfig
+    from opolo_ros.export.onnx_policy import export_policy
+    from opolo_ros.nodes.common import ParameterError
+    from opolo_ros.train.direct import policy_metadata
+
+    robot = tmp_path / "arm.xml"
+    robot.write_text(CART_POLE_XML.replace(
+        '<geom type="capsule" fromto="0 0 0 0 0 0.5" size="0.02" mass="0.1"/>',
+        '<geom type="capsule" fromto="0 0 0 0 0 0.5" size="0.02" mass="0.1"/>\n'
+        '        <body name="tip" pos="0 0 0.5"><joint name="hinge2" type="hinge" axis="0 1 0"/>\n'
+        '          <geom type="sphere" size="0.05" mass="0.1"/></body>'))
+    meta = policy_metadata(RunConfig(env_id=str(robot)), training_step=1, version=1, trainer="test",
+                           control_period_s=None)
+    assert meta["joint_names"] == "slider,hinge,hinge2"
+    model = export_policy(Linear([0.0] * 6, obs_dim=6), tmp_path / "arm.onnx", action_low=-1.0,
+                          action_high=1.0, metadata=meta)
+    params = {"mode": "deploy", "model": str(model), "subscribe_policy": False,
+              "joint_fields": ["position", "velocity", "effort"]}
+    with pytest.raises(ParameterError, match=r"joints hinge2,slider name the joints of the policy .* in "
+                                             r"another order than its observation's, slider,hinge2: give "
+                                             r"joints in that order"):
+        GraphRunner([NodeSpec("actor", "actor", parameters={**params, "joints": ["hinge2", "slider"]})],
+                    ros_domain_id)
+    with GraphRunner([NodeSpec("actor", "actor", parameters={**params, "joints": ["slider", "hinge2"]})],
+                     ros_domain_id) as graph:
+        assert graph.nodes["actor"].current.metadata.joint_names == ("slider", "hinge", "hinge2")
+
+
 def test_joints_in_another_order_than_a_gymnasium_policys_task_are_refused_by_a_bare_actor(ros_domain_id):
     """The deploy launch refused `joints:=hinge,slider` for the shipped InvertedPendulum expert, but
     an actor started on its own (`ros2 run opolo_ros actor`) took them and fed the policy swapped

@@ -183,6 +183,27 @@ def test_record_expert_refuses_an_existing_output_and_a_task_without_an_expert_b
     assert not (tmp_path / "new").exists()
 
 
+def test_deploy_checks_a_policys_own_joint_names_by_the_actors_rule(tmp_path):
+    """A policy whose metadata names its joints (an MJCF robot's) was left to the actor by the
+    launch, which checked only a Gymnasium task's joints: both now take the metadata's joint_names,
+    else the task's, with one rule (sim.task_ids.joint_order_error), so the launch refuses them
+    before any process starts. Their own order, and some of them in it, pass."""
+    import shutil
+
+    from opolo_ros.export.onnx_policy import stamp_metadata
+
+    model = tmp_path / "arm.onnx"
+    shutil.copy(EXPERT, model)
+    stamp_metadata(model, {"joint_names": "slider,hinge"})
+    with pytest.raises(ValueError, match=r"joints hinge,slider name the joints of InvertedPendulum-v5 \(the "
+                                         r"policy .*arm.onnx\) in another order than its observation's, "
+                                         r"slider,hinge: give joints in that order"):
+        lr.describe_launch("deploy", [f"model:={model}", "joints:=hinge,slider"])
+    for joints in ("slider,hinge", "hinge"):
+        spec = lr.describe_launch("deploy", [f"model:={model}", f"joints:={joints}"])[2][0]
+        assert spec.parameters["joints"] == joints.split(",")
+
+
 def test_deploy_refuses_a_gymnasium_policys_own_joints_in_another_order(tmp_path):
     """`joints:=hinge,slider` with the shipped InvertedPendulum expert started, feeding it the hinge
     as the cart position (a walkthrough): only an MJCF policy's `joint_names` were checked, while

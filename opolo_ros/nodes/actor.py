@@ -131,7 +131,7 @@ from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import ACTION_QOS, COMMAND_QOS, POLICY_VERSION_QOS, qos_for
 from opolo_ros.ros.subscribe import subscribe
-from opolo_ros.sim.task_ids import same_task_name
+from opolo_ros.sim.task_ids import joint_order_error, same_task_name
 
 
 @dataclass(frozen=True)
@@ -431,8 +431,9 @@ class Actor(FinishableNode):
     def _input_mismatch(self, meta: PolicyMetadata, origin: str) -> str | None:
         """Why this actor cannot run the model, or None when it can: a model of another task than
         parameter `task` (or the running policy's), a clock for a model trained without the time
-        feature, a JointState spec naming the policy's joints in another order than its
-        observation's (its metadata's ``joint_names``, or its Gymnasium task's), or a JointState
+        feature, a JointState spec naming the policy's joints, all or some, in another order than
+        its observation's (its metadata's ``joint_names``, else its task's: the deploy launch's and
+        training's rule, :func:`~opolo_ros.sim.task_ids.reordered_joints`), or a JointState
         spec of the wrong size (it must give all ``obs_dim`` inputs, the time feature included,
         unless the clock adds that)."""
         reference = self._reference()
@@ -445,11 +446,13 @@ class Actor(FinishableNode):
             return (f"time_feature_clock is {self.clock_steps}, but the policy {origin} was trained "
                     "without the time feature: set time_feature_clock to 0")
         spec = self._spec
-        names = meta.joint_names if spec is None or meta.joint_names else _task_joints(meta.env_id)
-        if spec is not None and names and sorted(spec.joints) == sorted(names) and spec.joints != names:
-            return (f"joints {','.join(spec.joints)} name the joints of the policy {origin} in another order "
-                    f"than its observation's, {','.join(names)}: give joints in the policy's order")
-        if spec is None or spec.obs_dim + self._extra == meta.obs_dim:
+        if spec is None:
+            return None
+        names = meta.joint_names or _task_joints(meta.env_id)
+        reordered = joint_order_error(spec.joints, names, f"the policy {origin}")
+        if reordered:
+            return reordered
+        if spec.obs_dim + self._extra == meta.obs_dim:
             return None
         text = (f"joints x joint_fields give {spec.describe_size()}"
                 + (" + the clock's time feature" if self._extra else "")

@@ -1,10 +1,12 @@
 """Task ids: a Gymnasium id (``Hopper-v5``) or an MJCF file (``arm.xml``), and when two name one task.
 
-Light on purpose (no Gymnasium, no MuJoCo): the actor checks a policy's task with it.
+Light on purpose (no Gymnasium, no MuJoCo): the actor checks a policy's task, and the order of its
+``joints``, with it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -26,3 +28,26 @@ def same_task_name(a: str, b: str) -> bool:
     if is_mjcf(a) and is_mjcf(b):
         return Path(a).name == Path(b).name
     return a == b
+
+
+def reordered_joints(names: Sequence[str], model: Sequence[str]) -> list[str] | None:
+    """`names` in the `model`'s joint order where they are the model's own joints (all of them, or
+    some) in another order; None where they are in its order, or name joints the model does not
+    have (a real robot's). The one rule of training's ``demos_joints``, the deploy launch's and the
+    actor's ``joints``."""
+    where = {name: k for k, name in enumerate(model)}
+    if not names or not all(n in where for n in names):
+        return None
+    ordered = sorted(names, key=where.__getitem__)
+    return ordered if list(names) != ordered else None
+
+
+def joint_order_error(joints: Sequence[str], model: Sequence[str], policy: str) -> str | None:
+    """Why an actor's `joints` cannot feed `policy` (its description, for the message), whose
+    observation holds the `model`'s joints in that order: they name them in another order
+    (:func:`reordered_joints`); None when they do not."""
+    ordered = reordered_joints(joints, model)
+    if ordered is None:
+        return None
+    return (f"joints {','.join(joints)} name the joints of {policy} in another order than its "
+            f"observation's, {','.join(ordered)}: give joints in that order")

@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from opolo_ros.sim.envs import DivergenceGuard, TimeFeature, make_env, route_mujoco_warnings
-from opolo_ros.sim.task_ids import is_mjcf
+from opolo_ros.sim.task_ids import is_mjcf, reordered_joints
 
 if TYPE_CHECKING:
     from opolo_ros.algo.config import RunConfig
@@ -152,16 +152,6 @@ def env_joint_names(env) -> tuple[str, ...]:
     model's order; () for an env without a MuJoCo model."""
     model = getattr(env.unwrapped, "model", None)
     return tuple(joint_layout_of_model(model)[0]) if model is not None else ()
-
-
-def reordered_joints(names: Sequence[str], model: Sequence[str]) -> list[str] | None:
-    """`names` in the `model`'s joint order where they are the model's own joints in another order;
-    None where they are in its order, or name joints the model does not have (a real robot's)."""
-    where = {name: k for k, name in enumerate(model)}
-    if not names or not all(n in where for n in names):
-        return None
-    ordered = sorted(names, key=where.__getitem__)
-    return ordered if list(names) != ordered else None
 
 
 def check_joint_order(names: Sequence[str], model: Sequence[str], task: str) -> None:
