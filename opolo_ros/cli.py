@@ -173,7 +173,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if time_feature and policy.metadata.time_feature_steps is None and env_id == policy.metadata.env_id:
             from opolo_ros.sim.tasks import time_limit
 
-            values["time_feature_steps"] = time_limit(env_id, steps)  # the T it was evaluated (and trained) with
+            values["time_feature_steps"] = time_limit(env_id, steps)  # the T it was evaluated (trained) with
             also += f"{' and' if not also else ','} its time feature's T ({values['time_feature_steps']})"
         stamp_metadata(args.model, values)
         print(f"wrote the evaluation{also} into the metadata of {args.model}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opolo_ros.data.demos import Episode, recorded_period
+from opolo_ros.data.demos import Episode, cut_last_note, recorded_period
 from opolo_ros.errors import counted
 
 NONE_READ = "  demonstrations: none read"  # the line for a bag the options make no episodes of
@@ -98,6 +98,9 @@ def _episode_lines(episodes: list[Episode]) -> list[str]:
     period = recorded_period(episodes)
     if period is not None:  # a stream's, from its time stamps: the task's control step should match
         lines.append(f"  recorded at {1 / period:.4g} Hz (a state every {period:.4g} s, the median)")
+    cut = cut_last_note(episodes)
+    if cut:
+        lines.append(f"  note: {cut}")
     joints, fields = episodes[0].meta.get("joints"), episodes[0].meta.get("fields")
     if joints and fields:  # a JointState bag: the order its values make the observation in
         plural = {"position": "positions", "velocity": "velocities", "effort": "efforts"}

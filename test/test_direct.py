@@ -1682,3 +1682,22 @@ def test_a_resume_may_change_opolos_lam_and_an_unknown_expert_return_is_no_chang
     assert expert_return_note({}, 100.0) == ""
     assert "is 50.0, the run scored against 100.0" in expert_return_note({"expert_return": 100.0}, 50.0)
     assert expert_return_note({"expert_return": 100.0}, 100.5)  # another bag, however close its mean
+
+
+def test_a_recording_cut_off_mid_episode_is_said_where_its_last_episode_is_used(tmp_path, capsys):
+    """A stream bag whose last episode is shorter than the others (a recording stopped early): the
+    direct loop says so when it trains on it (num_demos 0: all); with num_demos 3 it is not used
+    and nothing is said."""
+    from test_bags import F32, SEC, _stream, _write_stream
+
+    rows = np.random.default_rng(0).normal(size=(210, 4)) * 0.01
+    lengths = (60, 60, 60, 30)
+    starts = np.cumsum((0,) + lengths[:-1])
+    msgs = [msg for k, (start, n) in enumerate(zip(starts, lengths))
+            for msg in _stream(rows[start:start + n], SEC + k * 2 * SEC)]
+    bag = _write_stream(tmp_path / "cut", {"/observation": (F32, msgs)})
+    said = "warning: the last demonstration episode has 30 states, every other one 60"
+    DirectTrainer(small_cfg(tmp_path, bag, total_steps=20, num_demos=0)).train()
+    assert said in capsys.readouterr().err
+    DirectTrainer(small_cfg(tmp_path, bag, total_steps=20, num_demos=3, run_dir=str(tmp_path / "r3"))).train()
+    assert said not in capsys.readouterr().err

@@ -136,7 +136,7 @@ def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> No
     assert f"(states per episode: {twenty}, ...); returns 11 known, mean 100.0" in out
     save_npz(path, [Episode(np.zeros((2, 1)), 1.0) for _ in range(20)])
     assert f"(states per episode: {twenty}); returns 1.0, " in info(capsys, str(path))
-    from test_bags import F32, _stream, _write_stream
+    from test_bags import F32, SEC, _stream, _write_stream
 
     two = _write_stream(tmp_path / "two", {"/a": (F32, _stream(np.zeros((3, 2)))),
                                            "/b": (F32, _stream(np.ones((4, 2))))})
@@ -147,6 +147,16 @@ def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> No
     out = info(capsys, str(two), "--topic", "/b")
     assert "demonstrations: 1 episode of obs_dim 2, 3 transitions" in out
     assert "\n  recorded at 100 Hz (a state every 0.01 s, the median)\n" in out  # the task's rate?
+    assert "note:" not in out
+    # a stream whose last episode was cut off (3 whole ones of 4 states, gaps of 1 s between them)
+    rows = np.arange(15.0).reshape(15, 1) * [1.0, 1.0]
+    cut = [msg for k in range(4)
+           for msg in _stream(rows[4 * k:4 * k + (4 if k < 3 else 2)], SEC + k * 2 * SEC)]
+    out = info(capsys, str(_write_stream(tmp_path / "cut", {"/a": (F32, cut)})))
+    assert "demonstrations: 4 episodes of obs_dim 2, 10 transitions (states per episode: 4, 4, 4, 2)" in out
+    assert ("\n  note: the last demonstration episode has 2 states, every other one 4: a recording cut "
+            "off mid-episode (its duration, a stop)? It is used as it is; leave it out with "
+            "num_demos: 3\n") in out
     out = info(capsys, str(two), "--topic", "/b", "--episode-gap", "0", status=1)
     assert "episode_gap_s must be a number of seconds > 0 (inf: gaps never split), got 0.0" in out
 

@@ -213,3 +213,24 @@ def test_demonstrations_shorter_than_the_time_limit_are_said():
     assert short_episodes_note(of(100, edge), 1000) is None  # the longest counts
     assert short_episodes_note(of(edge - 1), 1000) is not None
     assert short_episodes_note(of(300), None) is None and short_episodes_note([], 1000) is None
+
+
+def test_a_recorded_streams_last_episode_shorter_than_the_rest_is_said():
+    """A recording stopped mid-episode (record-topics --duration, a signal) ends with a part of an
+    episode, which trained as a whole one without a word (a walkthrough). Said when the last of a
+    stream's episodes is shorter than every other one and those have one length; not for episodes
+    of varying lengths (falls), fewer than 3, or episodes that are no stream's (no period_s)."""
+    from opolo_ros.data.demos import Episode, cut_last_note
+
+    def of(*states, period=0.01):
+        return [Episode(np.zeros((n, 2), np.float32), meta={"period_s": period} if period else {})
+                for n in states]
+
+    assert cut_last_note(of(301, 301, 301, 120)) == (
+        "the last demonstration episode has 120 states, every other one 301: a recording cut off "
+        "mid-episode (its duration, a stop)? It is used as it is; leave it out with num_demos: 3")
+    assert cut_last_note(of(301, 301, 300)) is not None  # one state short is short
+    assert cut_last_note(of(301, 301, 301, 301)) is None and cut_last_note(of(301, 301, 400)) is None
+    assert cut_last_note(of(301, 250, 301, 120)) is None  # lengths vary: a fall or a cut, unknown
+    assert cut_last_note(of(301, 120)) is None  # nothing to compare with
+    assert cut_last_note(of(301, 301, 120, period=None)) is None  # an expert recorder's whole episodes

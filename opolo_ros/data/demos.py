@@ -180,3 +180,19 @@ def short_episodes_note(episodes: list[Episode], time_limit_steps: int | None) -
             f"{1 - longest / time_limit_steps:.3g}, so the learner's reward says nothing in the last "
             f"{time_limit_steps - longest} steps of its episodes. Record full-length episodes, set "
             f"max_episode_steps to {longest} (an MJCF robot), or set time_feature: false")
+
+
+def cut_last_note(episodes: list[Episode]) -> str | None:
+    """A warning when a recorded stream's last episode is shorter than every other one, which all
+    have one length (a task's time limit): a recording stopped mid-episode (``--duration``, a
+    signal) ends with a part of one, which the reader cannot tell from a whole one. Only for state
+    streams (episodes that carry their recording's ``period_s``): an expert recorder writes whole
+    episodes. None otherwise, or for fewer than 3 episodes (nothing to compare with)."""
+    if len(episodes) < 3 or not episodes[-1].meta.get("period_s"):
+        return None
+    lengths = [len(ep.obs) for ep in episodes]
+    if len(set(lengths[:-1])) != 1 or lengths[-1] >= lengths[0]:
+        return None
+    return (f"the last demonstration episode has {lengths[-1]} states, every other one {lengths[0]}: "
+            "a recording cut off mid-episode (its duration, a stop)? It is used as it is; leave it out "
+            f"with num_demos: {len(episodes) - 1}")

@@ -14,7 +14,7 @@ from typing import Any
 from std_msgs.msg import Float32MultiArray
 
 from opolo_ros.algo.config import RunConfig
-from opolo_ros.data.demos import Episode, load_episodes, rate_note
+from opolo_ros.data.demos import Episode, cut_last_note, load_episodes, rate_note
 from opolo_ros.errors import one_line
 from opolo_ros.nodes.common import FinishableNode, ParameterError, declare, run_node
 from opolo_ros.ros import messages as m
@@ -61,6 +61,9 @@ class DemoPlayer(FinishableNode):
         rate = rate_note(self.episodes, task_control_period(p["env_id"]) if p["env_id"] else None)
         if rate:
             self.get_logger().warning(f"{rate} ({p['env_id']})")
+        cut = cut_last_note(self.episodes)
+        if cut:
+            self.get_logger().warning(f"{cut} ({demos})")
         if len(self.episodes) > DEMONSTRATIONS_DEPTH:
             self.get_logger().warning(f"{len(self.episodes)} episodes but the topic keeps the last "
                                       f"{DEMONSTRATIONS_DEPTH} for late subscribers")

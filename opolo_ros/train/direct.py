@@ -29,6 +29,7 @@ from opolo_ros.algo.schedule import Plan
 from opolo_ros.data.demos import (
     Episode,
     ExpertDataset,
+    cut_last_note,
     load_episodes,
     rate_note,
     short_episodes_note,
@@ -487,9 +488,10 @@ class DirectTrainer:
         rate = rate_note(self.demos, self.control_period)
         if rate:
             self._warn(rate)
-        short = short_episodes_note(self.demos, self.max_steps if self.cfg.time_feature else None)
-        if short:
-            self._warn(short)
+        notes = (short_episodes_note(self.demos, self.max_steps if self.cfg.time_feature else None),
+                 cut_last_note(self.demos))
+        for note in filter(None, notes):
+            self._warn(note)
         lock = RunFolderLock(self.run_dir).acquire()
         try:
             return self._train(resume)
