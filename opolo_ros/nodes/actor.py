@@ -170,8 +170,9 @@ def _clock_hint(meta: PolicyMetadata) -> str:
 
 
 def _task_joints(env_id: str) -> tuple[str, ...]:
-    """The observed joints of a Gymnasium task's model, for a policy exported without its own
-    ``joint_names`` (the shipped experts); () where the task cannot be made here. Imported here
+    """The observed joints of a task's model (a Gymnasium task's, or an MJCF file's where it is
+    here), for a policy exported without its own ``joint_names`` (the shipped experts, an MJCF
+    policy exported before policies named them); () where the task cannot be made here. Imported here
     only: the simulator is no import of an actor that reads arrays."""
     from opolo_ros.sim.tasks import task_joint_names
 
