@@ -136,3 +136,24 @@ def test_evaluate_measures_an_mjcf_policys_motion_against_demonstrations(tmp_pat
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"demonstrations {bag} have 4 values per state, {hopper} takes 11 (and the time "
                         "feature)") and len(err.splitlines()) == 1, err
+
+
+def test_an_mjcf_runs_eval_csv_has_the_imitation_columns_and_blank_returns(tmp_path: Path) -> None:
+    """Rows of a run without a return: the imitation columns, and blank return cells in every row
+    (a row the next evaluation rewrote said 'nan' there, a new one nothing: a walkthrough); a
+    Gymnasium run's eval.csv keeps its own columns."""
+    from opolo_ros.train.logger import RunLogger
+
+    logger = RunLogger(tmp_path / "mjcf", tensorboard=False)
+    for step, distance in ((1000, 2.0), (2000, 1.0)):
+        logger.evaluation({"env_step": step, "wall_s": 1.0, "imitation_distance": distance,
+                           "imitation_random": 4.0, "imitation_score": imitation_score(distance, 4.0)})
+    header, *rows = (tmp_path / "mjcf" / "eval.csv").read_text().splitlines()
+    assert header == ("env_step,return_mean,return_std,normalised,wall_s,r_expert,r_random,"
+                      "imitation_distance,imitation_random,imitation_score")
+    assert rows == ["1000,,,,1.0,,,2.0,4.0,0.5", "2000,,,,1.0,,,1.0,4.0,0.75"]
+    logger = RunLogger(tmp_path / "gym", tensorboard=False)
+    logger.evaluation({"env_step": 1000, "return_mean": 5.0, "return_std": 0.0, "normalised": float("nan"),
+                       "wall_s": 1.0, "r_expert": float("nan"), "r_random": 1.0})
+    assert (tmp_path / "gym" / "eval.csv").read_text().splitlines() == [
+        "env_step,return_mean,return_std,normalised,wall_s,r_expert,r_random", "1000,5.0,0.0,,1.0,,1.0"]

@@ -21,11 +21,12 @@ def purge_step(resumed_at: int) -> int | None:
 
 
 def _cell(key: str, value: object) -> object:
-    """An eval.csv cell: the step as an integer; an unknown baseline (a row of an older log, a task
-    without a return) blank, as older logs have it."""
+    """An eval.csv cell: the step as an integer; an unknown value (a baseline of an older log, the
+    return of a task without one, a NaN policy's) blank, as older logs have it and as a row that
+    lacks the column is written (an MJCF run's rows were 'nan' once rewritten, blank when new)."""
     if key == "env_step":
         return int(value)  # type: ignore[call-overload]
-    if key in ("r_expert", "r_random") and isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and math.isnan(value):
         return ""
     return value
 
