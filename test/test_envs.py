@@ -373,6 +373,16 @@ def test_an_mjcf_models_frame_skip_sets_its_control_step_and_bad_ones_are_refuse
     plain.step(np.array([1.0]))
     assert plain.unwrapped.data.time == pytest.approx(0.01)
     assert task_control_period(mjcf(tmp_path, 1.0)) == 0.01
+    # a near miss of the name is not read, and said (info and the bridge show the notes)
+    for name in ("frameskip", "frame-skip", "Frame_Skip", "frame_skips"):
+        miss = model(f"miss_{name}.xml", f'<custom><numeric name="{name}" data="5"/></custom>')
+        env = make_task_env(miss)
+        assert env.unwrapped.frame_skip == 1
+        notes = " ".join(env.unwrapped.notes)
+        assert (f'<numeric name="{name}"> is not read; the control step\'s is named "frame_skip" '
+                "(without it: one MuJoCo step per control step, 0.01 s)") in notes, name
+    other = model("other.xml", '<custom><numeric name="gain" data="5"/></custom>')
+    assert not make_task_env(other).unwrapped.notes
     for data in ("0", "2.5", "3 4", "-1", "20000"):
         custom = f'<custom><numeric name="frame_skip" data="{data}"/></custom>'
         bad = model(f"bad_{data.replace(' ', '_')}.xml", custom)

@@ -467,6 +467,9 @@ def test_mjcf_training_run_is_evaluated_by_its_imitation_distance(tmp_path, ros_
     assert 0 < last["imitation_distance"] and last["imitation_random"] > 0
     assert np.isnan(last["return_mean"]) and f"{last['imitation_score']:.3f}" == said.group(3)
     assert "done: 1100 transitions, imitation distance " in run.stderr
+    # the progress lines show no return (0 throughout: noise, a walkthrough)
+    assert "1000/1100 transitions, " in run.stderr and "training return" not in run.stderr
+    assert "mean return of the" not in run.stderr
     assert "no learning-curve plot" not in run.stderr and (tmp_path / "run" / "learning_curve.png").is_file()
     assert (tmp_path / "run" / "policy.onnx").is_file()
     # export rebuilt the env with the Gymnasium-only make_env: "Malformed environment ID" (a walkthrough)

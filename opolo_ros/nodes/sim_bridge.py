@@ -85,6 +85,7 @@ from opolo_ros.ros import latency
 from opolo_ros.ros import messages as m
 from opolo_ros.ros.qos import EPISODE_RETURN_QOS, POLICY_VERSION_QOS, qos_for
 from opolo_ros.ros.subscribe import subscribe
+from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import continuation_seed, control_period, joint_layout, make_task_env
 
 MODES = ("lockstep", "realtime")
@@ -158,6 +159,7 @@ class SimBridge(FinishableNode):
         super().__init__(node_name, **kwargs)
         p = self._declare_parameters()
         self.mode = p["mode"]
+        self.no_reward = is_mjcf(p["env_id"])  # its returns are 0: not worth a log line
         self.env = make_task_env(p["env_id"], seed=p["seed"], time_feature=p["time_feature"],
                                  max_episode_steps=p["max_episode_steps"])
         for note in getattr(self.env.unwrapped, "notes", []):  # what an MJCF task leaves out
@@ -558,8 +560,9 @@ class SimBridge(FinishableNode):
         if now - self._last_report >= self.report_period:
             self._last_report = now
             recent = self._returns[-10:]
-            self.get_logger().info(f"{self.episodes} episodes, {self.steps} steps: mean return of the "
-                                   f"last {len(recent)} {np.mean(recent):.1f}")
+            said = ("no reward (an MJCF model)" if self.no_reward else
+                    f"mean return of the last {len(recent)} {np.mean(recent):.1f}")
+            self.get_logger().info(f"{self.episodes} episodes, {self.steps} steps: {said}")
         self.episode_return, self.episode_len = 0.0, 0
         marked = self.reset_markers and self.joint_pub is not None
         if marked and self.mode == "realtime" and not void:  # the episode's last state (a recording's

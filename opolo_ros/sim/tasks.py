@@ -13,6 +13,7 @@ all read the same period from the file. Either way :func:`joint_layout` names th
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -77,8 +78,8 @@ class MjcfEnv(gym.Env):
         low[limited] = self.model.actuator_ctrlrange[limited, 0]
         high[limited] = self.model.actuator_ctrlrange[limited, 1]
         self.action_space = gym.spaces.Box(low, high, dtype=np.float32)
-        self.notes = self._notes(path, limited)  # what the task leaves out: the bridge logs them
         self.dt = float(self.model.opt.timestep) * self.frame_skip
+        self.notes = self._notes(path, limited)  # what the task leaves out: the bridge logs them
 
     def _notes(self, path: Path, limited: np.ndarray) -> list[str]:
         import mujoco
@@ -94,6 +95,13 @@ class MjcfEnv(gym.Env):
         if skipped:
             notes.append(f"MJCF {path}: free/ball joint(s) {skipped} are not observed (only hinge and "
                          "slide joints are)")
+        numerics = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_NUMERIC, k) or ""
+                    for k in range(model.nnumeric)]
+        near = difflib.get_close_matches(FRAME_SKIP_NUMERIC, numerics, n=1, cutoff=0.7)
+        if near and FRAME_SKIP_NUMERIC not in numerics:
+            notes.append(f"MJCF {path}: <numeric name=\"{near[0]}\"> is not read; the control step's is "
+                         f"named \"{FRAME_SKIP_NUMERIC}\" (without it: one MuJoCo step per control step, "
+                         f"{self.dt:g} s)")
         return notes
 
     def _obs(self) -> np.ndarray:

@@ -519,11 +519,13 @@ class StreamTrainer:
         sps = (n - self._last_log) / max(now - self._last_log_t, 1e-9)
         self.logger.scalars(n, {**self._metrics, "perf/steps_per_sec": sps,
                                 "perf/gradient_steps": float(self.learner.critic_steps)})
+        no_reward = is_mjcf(self.cfg.env_id)  # its returns are 0: not worth showing
         if self._bar is not None:
-            self._bar.set_postfix(ret=f"{self._last_ret:.0f}", sps=f"{sps:.0f}")
+            shown = {} if no_reward else {"ret": f"{self._last_ret:.0f}"}
+            self._bar.set_postfix({**shown, "sps": f"{sps:.0f}"})
         else:
-            self.hooks.log.info(f"{n}/{self.cfg.total_steps} transitions, {sps:.0f} steps/s, "
-                                f"training return {self._last_ret:.1f}")
+            said = "" if no_reward else f", training return {self._last_ret:.1f}"
+            self.hooks.log.info(f"{n}/{self.cfg.total_steps} transitions, {sps:.0f} steps/s{said}")
         self._last_log, self._last_log_t = n, now
 
     # ------------------------------------------------------------------ outputs
