@@ -27,7 +27,7 @@ from opolo_ros.algo.config import (
     read_yaml,
     run_section,
 )
-from opolo_ros.errors import one_line
+from opolo_ros.errors import counted, one_line
 from opolo_ros.sim.task_ids import is_mjcf
 
 if TYPE_CHECKING:
@@ -146,9 +146,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-episode-steps sets an MJCF model's time limit; {env_id} keeps its own")
     check_policy_fits(args.model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id,
                       time_feature)
-    steps = args.max_episode_steps or (policy.metadata.time_feature_steps or 0 if is_mjcf(env_id) else 0)
+    meta = policy.metadata
+    steps = args.max_episode_steps or ((meta.max_episode_steps or meta.time_feature_steps or 0)
+                                       if is_mjcf(env_id) else 0)  # an MJCF model's: as trained
     make = lambda: make_task_env(env_id, time_feature=time_feature, max_episode_steps=steps)  # noqa: E731
     demos = _evaluation_demos(args, policy, env_id) if args.demos else None
+    _check_control_period(args.model, meta.control_period_s, env_id)
     visited: list[np.ndarray] = []
     returns = evaluate(policy, env_id, args.episodes, seed=args.seed, time_feature=time_feature,
                        stop=signals.interrupt_event(),  # an interrupt a native import swallowed
@@ -160,6 +163,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                       eval_return_std=round(float(returns.std()), 2))
     if demos is not None:
         values.update(_imitation_report(env_id, demos, visited, make, args))
+    values.update({"eval_max_episode_steps": max(len(v) for v in visited) - 1} if is_mjcf(env_id) else {})
     if args.stamp:
         from opolo_ros.export.onnx_policy import stamp_metadata
 
@@ -180,30 +184,51 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evaluation_demos(args: argparse.Namespace, policy, env_id: str) -> np.ndarray:
-    """The states of `--demos` (read with the demonstration options; a JointState bag by the
-    policy's joints, or its task model's, unless --joints), checked against the policy's input."""
-    from opolo_ros.data.demos import load_episodes
+def _evaluation_demos(args: argparse.Namespace, policy, env_id: str) -> tuple[np.ndarray, int]:
+    """The states of `--demos` and their episode count: the first ``--num-demos`` (default: the
+    policy's ``num_demos``) episodes, read with the demonstration options (a JointState bag by the
+    policy's joints, or its task model's, unless --joints, which training's order rule checks),
+    checked against the policy's input and, by the task their bag records, its task."""
+    from opolo_ros.data.demos import load_episodes, recorded_on_other_task, split_names
     from opolo_ros.sim.imitation import demo_states_of
+    from opolo_ros.sim.tasks import check_joint_order, task_joint_names
 
+    model_joints = policy.metadata.joint_names or task_joint_names(env_id)
     joints = args.joints
-    if not joints and Path(args.demos).suffix != ".npz":
+    if joints:  # training's rule: the model's joints in another order would score scrambled states
+        check_joint_order(split_names(joints), model_joints, Path(env_id).name if is_mjcf(env_id) else env_id)
+    elif Path(args.demos).suffix != ".npz":
         from opolo_ros.data.bags import JOINT_STATE, demonstration_type
-        from opolo_ros.sim.tasks import task_joint_names
 
         if demonstration_type(args.demos, args.topic or None) == JOINT_STATE:
-            joints = ",".join(policy.metadata.joint_names or task_joint_names(env_id))
+            joints = ",".join(model_joints)
     episodes = load_episodes(args.demos, topic=args.topic, joints=joints, fields=args.fields,
                              episode_gap_s=args.episode_gap, obs_field=args.obs_field)
+    count = args.num_demos if args.num_demos is not None else policy.metadata.num_demos or 0
+    episodes = episodes[:count or None]  # the first ones, as training takes them
     dim = policy.metadata.obs_dim - int(policy.metadata.time_feature)
     if episodes[0].obs.shape[1] != dim:
         also = " (and the time feature)" if policy.metadata.time_feature else ""
         raise ValueError(f"demonstrations {args.demos} have {episodes[0].obs.shape[1]} values per state, "
                          f"{args.model} takes {dim}{also}")
-    return demo_states_of(episodes, dim)
+    other = recorded_on_other_task(args.demos, episodes, env_id)  # (of the same size)
+    if other:
+        raise ValueError(other)
+    return demo_states_of(episodes, dim), len(episodes)
 
 
-def _imitation_report(env_id: str, demos: np.ndarray, visited: list[np.ndarray], make,
+def _check_control_period(model: str, period: float | None, env_id: str) -> None:
+    """Warn when the policy was trained at another control step than the task's (another MJCF file's
+    frame_skip or timestep): its states then follow each other at another rate than it learned."""
+    from opolo_ros.sim.tasks import task_control_period
+
+    task = task_control_period(env_id)
+    if period and task and abs(task / period - 1.0) > 0.1:
+        print(f"warning: {model} was trained at a control step of {period:g} s, {env_id} steps every "
+              f"{task:g} s", file=sys.stderr)
+
+
+def _imitation_report(env_id: str, demos: tuple[np.ndarray, int], visited: list[np.ndarray], make,
                       args: argparse.Namespace) -> dict[str, float]:
     """Print the policy's imitation distance to `demos` (and random actions', with the same episode
     seeds); the values --stamp writes."""
@@ -211,15 +236,19 @@ def _imitation_report(env_id: str, demos: np.ndarray, visited: list[np.ndarray],
 
     from opolo_ros.sim.imitation import imitation_distance, imitation_score, random_visited_states
 
+    demos, count = demos
     dim = demos.shape[1]
     distance = imitation_distance(np.concatenate(visited)[:, :dim], demos)
     random_distance = imitation_distance(
         random_visited_states(make, args.episodes, args.seed, dim, signals.interrupt_event()), demos)
     score = imitation_score(distance, random_distance)
-    print(f"{env_id}: imitation distance {distance:.3f} to {args.demos} (random actions "
+    steps = max(len(v) for v in visited) - 1
+    print(f"{env_id}: imitation distance {distance:.3f} to {counted(count, 'episode')} of "
+          f"{args.demos} (random actions "
           f"{random_distance:.3f}; 0 = the demonstrations' states), score {score:.3f}, over "
-          f"{len(visited)} episodes")
-    return {"eval_imitation_distance": round(distance, 4), "eval_imitation_random": round(random_distance, 4)}
+          f"{len(visited)} episodes of up to {steps} steps")
+    return {"eval_imitation_distance": round(distance, 4), "eval_imitation_random": round(random_distance, 4),
+            "eval_num_demos": count}
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -537,7 +566,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also (for an MJCF model: only) the imitation distance of the policy's states to "
                          "these demonstrations' (a bag, folder of bags or .npz), against random actions'")
     ev.add_argument("--max-episode-steps", dest="max_episode_steps", type=count_value, default=0,
-                    help="an MJCF model's episode length (default: the policy's time-feature T, else 1000)")
+                    help="an MJCF model's episode length (default: the policy's training one, its "
+                         "max_episode_steps or time-feature T metadata, else 1000; a robot runs on past "
+                         "it: try longer)")
+    ev.add_argument("--num-demos", dest="num_demos", type=count_value, default=None,
+                    help="--demos: the first this many episodes (default: as many as the policy learned "
+                         "from, its num_demos metadata; 0 = all)")
     demo_option_args(ev)
     ev.set_defaults(func=cmd_evaluate)
 

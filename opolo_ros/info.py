@@ -139,6 +139,7 @@ def _read_lines(path: Path, demo_options: dict[str, object]) -> list[str]:
     try:
         episodes = load_episodes(path, **demo_options)  # type: ignore[arg-type]
     except ValueError as err:  # BagError: which topic or option would make it readable
-        return [f"{NONE_READ} ({err}) [here the options are --topic, --joints, --fields, "
-                "--episode-gap, --obs-field]"]
+        options = ("" if path.suffix == ".npz" else  # (an .npz is read as it is: no options)
+                   " [here the options are --topic, --joints, --fields, --episode-gap, --obs-field]")
+        return [f"{NONE_READ} ({err}){options}"]
     return _episode_lines(episodes)

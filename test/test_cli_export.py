@@ -320,3 +320,10 @@ def test_a_time_feature_policy_records_its_T_for_the_deploy_clock(tmp_path: Path
     assert "time_feature_steps" not in meta(env_id="Hopper-v5")
     for name in ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5"):
         assert load_policy(ROOT / "models" / "experts" / f"{name}.onnx").metadata.time_feature_steps == 1000
+    # what `evaluate --demos` measures an MJCF policy over by default, as its run evaluated it: the
+    # episode length (with the time feature or without) and the demonstrations it learned from
+    robot_meta = meta(env_id=str(robot), max_episode_steps=150, num_demos=2)
+    assert (robot_meta["max_episode_steps"], robot_meta["num_demos"]) == (150, 2)
+    assert meta(env_id=str(robot))["max_episode_steps"] == 1000
+    assert "max_episode_steps" not in meta(env_id="Hopper-v5") and meta(env_id="Hopper-v5")["num_demos"] == 4
+    assert "num_demos" not in meta(env_id="Hopper-v5", algo="td3")

@@ -116,14 +116,39 @@ def test_evaluate_measures_an_mjcf_policys_motion_against_demonstrations(tmp_pat
     args = ["evaluate", str(model), "--env-id", xml, "--episodes", "2", "--max-episode-steps", "300"]
     assert cli.main([*args, "--demos", str(demos), "--stamp"]) == 0
     out = capsys.readouterr().out
-    said = re.search(rf"pendulum.xml: imitation distance ([\d.]+) to {re.escape(str(demos))} \(random "
-                     r"actions ([\d.]+); 0 = the demonstrations' states\), score ([\d.]+), over 2 episodes",
-                     out)
+    said = re.search(rf"pendulum.xml: imitation distance ([\d.]+) to 4 episodes of {re.escape(str(demos))} "
+                     r"\(random actions ([\d.]+); 0 = the demonstrations' states\), score ([\d.]+), over 2 "
+                     r"episodes of up to 300 steps", out)
     assert said and float(said.group(3)) > 0.8 and "return" not in out, out
     extra = load_policy(model).metadata.extra
     assert f"{float(extra['eval_imitation_distance']):.3f}" == said.group(1)
     shipped = load_policy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx").metadata.extra
     assert extra["eval_return_mean"] == shipped["eval_return_mean"]  # not a robot model's 0 return
+    assert (extra["eval_num_demos"], extra["eval_max_episode_steps"]) == ("4", "300")
+    # by default over the episodes and demonstrations the policy was measured on in its run (a
+    # walkthrough: 1000-step episodes scored -35.7 a policy its 150-step run scored 0.934)
+    from opolo_ros.export.onnx_policy import stamp_metadata
+
+    stamp_metadata(model, {"max_episode_steps": 120, "num_demos": 2})
+    assert cli.main(["evaluate", str(model), "--env-id", xml, "--episodes", "1", "--demos", str(demos)]) == 0
+    out = capsys.readouterr().out
+    assert " to 2 episodes of " in out and "over 1 episodes of up to 120 steps" in out
+    # the model's joints in another order, demonstrations of another task of the same size: refused
+    # as training refuses them (they scored scrambled states, or another task's)
+    assert cli.main([*args, "--demos", str(demos), "--joints", "hinge,slider"]) == 2
+    assert "--joints" not in (err := capsys.readouterr().err) and "in another order than the model's, " \
+        "slider,hinge" in err
+    pendulum_bag = ROOT / "models" / "demos" / "InvertedPendulum-v5"
+    assert cli.main([*args, "--demos", str(pendulum_bag)]) == 2
+    assert (f"demonstrations {pendulum_bag} were recorded on InvertedPendulum-v5 (the bag's metadata says "
+            f"so), not on {xml}") in capsys.readouterr().err
+    # a model of another control step than the policy's: said
+    one_step = tmp_path / "one_step.xml"
+    one_step.write_text(Path(xml).read_text().replace('data="2"', 'data="1"'))
+    assert cli.main(["evaluate", str(model), "--env-id", str(one_step), "--episodes", "1",
+                     "--demos", str(demos)]) == 0
+    assert (f"warning: {model} was trained at a control step of 0.04 s, {one_step} steps every 0.02 s"
+            in capsys.readouterr().err)
     # a Gymnasium task: the return, and the distance to its shipped bag
     bag = ROOT / "models" / "demos" / "InvertedPendulum-v5"
     assert cli.main(["evaluate", str(model), "--episodes", "1", "--demos", str(bag)]) == 0

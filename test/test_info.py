@@ -129,6 +129,10 @@ def test_episodes_of_an_npz_and_a_bag_that_needs_a_topic(capsys, tmp_path) -> No
     out = info(capsys, str(path))
     assert ("demonstrations: 2 episodes of obs_dim 3, 9 transitions (states per episode: 5, 6); "
             "returns unknown") in out
+    # an .npz without episodes: why, without the bag options (an .npz takes none; a walkthrough)
+    np.savez(tmp_path / "keys.npz", ep0=np.zeros((3, 2)))
+    out = info(capsys, str(tmp_path / "keys.npz"), status=1)
+    assert "keys.npz holds no episodes (no obs_<k> arrays))\n" in out and "--topic" not in out
     # some returns known: their count and mean; the first 20 lengths, then '...' (a mutation test)
     save_npz(path, [Episode(np.zeros((2, 1)), float("nan") if k % 2 else 10.0 * k) for k in range(21)])
     out = info(capsys, str(path))

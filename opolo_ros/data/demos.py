@@ -196,3 +196,18 @@ def cut_last_note(episodes: list[Episode]) -> str | None:
     return (f"the last demonstration episode has {lengths[-1]} states, every other one {lengths[0]}: "
             "a recording cut off mid-episode (its duration, a stop)? It is used as it is; leave it out "
             f"with num_demos: {len(episodes) - 1}")
+
+
+def recorded_on_other_task(path: object, episodes: list[Episode], env_id: str) -> str | None:
+    """Why `episodes` (of `path`) are not `env_id`'s: the task their bag records (its metadata's
+    ``env_id``; an MJCF file compared by file name) is another; None when it is the same or not
+    said. Training refuses them with it, ``evaluate --demos`` too: HalfCheetah's and Walker2d's
+    states both have 17 values, a robot model of the pendulum's joints 4 like the pendulum's."""
+    from opolo_ros.sim.task_ids import same_task_name
+
+    recorded = {str(ep.meta.get("env_id", "")) for ep in episodes} - {""}
+    other = sorted(t for t in recorded if not same_task_name(t, env_id))
+    if not other:
+        return None
+    return (f"demonstrations {path} were recorded on {', '.join(other)} (the bag's metadata says so), "
+            f"not on {env_id}")

@@ -45,6 +45,8 @@ REQUIRED_KEYS = ("env_id", "obs_dim", "act_dim", "action_low", "action_high", "t
 CONTROL_PERIOD_KEY = "control_period_s"
 JOINT_NAMES_KEY = "joint_names"  # an MJCF robot's observed joints, comma-separated, in the policy's order
 TIME_FEATURE_STEPS_KEY = "time_feature_steps"  # T of a time-feature policy's 1 - t/T (the episode limit)
+EPISODE_STEPS_KEY = "max_episode_steps"  # an MJCF robot's training episode limit (evaluate's default)
+NUM_DEMOS_KEY = "num_demos"  # demonstration episodes an OPOLO policy learned from (0: all of its set)
 # ORT and PyTorch use different kernels (GEMM blocking, tanh approximation). The exported graph is
 # checked against the exact (float64) evaluation of the PyTorch policy: on each verification input
 # it may be off by VERIFY_TOL plus ROUNDING_FACTOR times PyTorch's own float32 error on that input.
@@ -113,7 +115,23 @@ class PolicyMetadata:
         """T of the time feature 1 - t/T the policy was trained with (its training episode limit,
         the deploy actor's ``time_feature_clock``); None when the model does not say (no time
         feature, or exported before the key existed) or says something that is no count."""
-        value = str(self.extra.get(TIME_FEATURE_STEPS_KEY, "")).strip()
+        return self._count(TIME_FEATURE_STEPS_KEY)
+
+    @property
+    def max_episode_steps(self) -> int | None:
+        """An MJCF robot's training episode limit (evaluated over it by default); None when the
+        model does not say (a Gymnasium task's keeps the task's own)."""
+        return self._count(EPISODE_STEPS_KEY)
+
+    @property
+    def num_demos(self) -> int | None:
+        """How many demonstration episodes (the first ones of its set; 0: all) the policy learned
+        from; None when the model does not say."""
+        value = str(self.extra.get(NUM_DEMOS_KEY, "")).strip()
+        return int(value) if value.isdigit() else None
+
+    def _count(self, key: str) -> int | None:
+        value = str(self.extra.get(key, "")).strip()
         return int(value) if value.isdigit() and int(value) > 0 else None
 
     @property

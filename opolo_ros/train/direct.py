@@ -32,11 +32,18 @@ from opolo_ros.data.demos import (
     cut_last_note,
     load_episodes,
     rate_note,
+    recorded_on_other_task,
     short_episodes_note,
     split_names,
 )
 from opolo_ros.data.replay import ReplayBuffer
-from opolo_ros.export.onnx_policy import JOINT_NAMES_KEY, TIME_FEATURE_STEPS_KEY, export_policy_or_warn
+from opolo_ros.export.onnx_policy import (
+    EPISODE_STEPS_KEY,
+    JOINT_NAMES_KEY,
+    NUM_DEMOS_KEY,
+    TIME_FEATURE_STEPS_KEY,
+    export_policy_or_warn,
+)
 from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import (
@@ -151,17 +158,13 @@ def expert_data(cfg: RunConfig, obs_dim: int, max_steps: int, joints: Sequence[s
         raise
     if not demos:
         return demos, None
-    from opolo_ros.sim.task_ids import same_task_name
-
     try:
         data = ExpertDataset(demos, obs_dim, seed=cfg.seed + 1)
     except ValueError as err:
         raise ValueError(f"demonstrations {cfg.demos} do not fit {cfg.env_id}: {err}") from None
-    recorded = {str(ep.meta.get("env_id", "")) for ep in demos} - {""}
-    other = sorted(t for t in recorded if not same_task_name(t, cfg.env_id))  # MJCF: by file name
-    if other:  # same obs_dim (HalfCheetah and Walker2d: 17; a robot model of the pendulum's joints)
-        raise ValueError(f"demonstrations {cfg.demos} were recorded on {', '.join(other)} (the bag's "
-                         f"metadata says so), not on {cfg.env_id}")
+    other = recorded_on_other_task(cfg.demos, demos, cfg.env_id)
+    if other:
+        raise ValueError(other)
     return demos, data
 
 
@@ -205,6 +208,10 @@ def policy_metadata(cfg: RunConfig, *, training_step: int, version: int, trainer
     names = recorded_joints(cfg.env_id) if joint_names is None else joint_names
     if is_mjcf(cfg.env_id) and names:  # a deploy actor checks its joints
         meta[JOINT_NAMES_KEY] = ",".join(names)
+    if is_mjcf(cfg.env_id):  # evaluate's defaults: the episodes and demonstrations it was measured on
+        meta[EPISODE_STEPS_KEY] = time_limit(cfg.env_id, cfg.max_episode_steps)
+    if cfg.algo == "opolo":
+        meta[NUM_DEMOS_KEY] = cfg.num_demos
     return meta
 
 
