@@ -401,6 +401,7 @@ def test_the_watchdog_warning_names_publishers_of_another_type(tmp_path, ros_dom
     assert ("no valid observation for 1 s: publishing the safe command [0.0] until observations return "
             f"(/observation is published as std_msgs/msg/{kind}, this actor reads {wanted}: {fix}, or "
             "remap observation_topic)") in err, err
+    assert re.search(r"\[WARN\] \[[\d.]+\] \[actor\]: no valid observation for 1 s", err), err  # at once
 
 
 def test_a_publisher_of_another_type_that_starts_after_the_actor_is_named(tmp_path, ros_domain_id, ros_node,
@@ -453,6 +454,8 @@ def test_the_first_watchdog_warning_within_the_discovery_grace_says_no_publisher
         err = capfd.readouterr().err
         assert "until observations return (no publisher of /observation discovered yet)" in err, err
         assert "nothing publishes" not in err
+        # and said at info level: every deploy starts so (it warned at each start, a walkthrough)
+        assert re.search(r"\[INFO\] \[[\d.]+\] \[actor\]: no valid observation for 0.5 s", err), err
         later = "still no valid observation: safe command (nothing publishes /observation)"
 
         def told() -> bool:
@@ -461,6 +464,39 @@ def test_the_first_watchdog_warning_within_the_discovery_grace_says_no_publisher
             return later in err
 
         assert graph.spin_until(told, timeout_s=10.0), err
+        assert re.search(r"\[WARN\] \[[\d.]+\] \[actor\]: still no valid observation", err), err
+
+
+
+def test_a_publisher_that_never_sends_is_warned_of_once_the_grace_is_over(tmp_path, ros_domain_id, ros_node,
+                                                                          capfd, monkeypatch):
+    """A publisher of the right type that sends nothing (a bridge stuck waiting, a driver that
+    never starts): the start-up wait is said at info level, then, once discovery_grace_s is over,
+    warned of with what it may be."""
+    from std_msgs.msg import Float32MultiArray
+
+    from opolo_ros.nodes import actor as actor_module
+
+    monkeypatch.setattr(actor_module, "STALE_RECHECK_S", 0.5)
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    peer, _ = ros_node("bridge")
+    peer.create_publisher(Float32MultiArray, "observation", 10)
+    graph = GraphRunner([NodeSpec("actor", "actor", parameters={
+        "mode": "deploy", "model": str(model), "subscribe_policy": False, "observation_timeout_s": 0.5,
+        "watchdog_rate_hz": 20.0, "discovery_grace_s": 2.0})], ros_domain_id)
+    with graph:
+        err = ""
+
+        def told() -> bool:
+            nonlocal err
+            err += capfd.readouterr().err
+            return "still no valid observation" in err
+
+        assert graph.spin_until(told, timeout_s=10.0), err
+    assert re.search(r"\[INFO\] \[[\d.]+\] \[actor\]: no valid observation for 0.5 s", err), err
+    assert re.search(r"\[WARN\] \[[\d.]+\] \[actor\]: still no valid observation: safe command "
+                     r"\(/observation is published with the type this actor reads, yet nothing valid "
+                     "arrives", err), err
 
 
 CART_POLE_XML = """<mujoco>

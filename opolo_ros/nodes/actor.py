@@ -42,7 +42,9 @@ Deploy safety
       Also before the first observation. The warning names why none may come: nothing publishes
       the topic (within ``discovery_grace_s`` of start-up: no publisher discovered yet), or its
       publishers are of another type; while stale it looks again every ``STALE_RECHECK_S`` and
-      logs again when the reason changed.
+      logs again when the reason changed. Waiting for the first observation within the grace is
+      logged at info level (every deploy starts so) unless a publisher of another type is there,
+      and warned of when it lasts beyond the grace.
       The deploy timers (watchdog, ``rate_hz``) run on the steady clock: with ``use_sim_time``
       a ``/clock`` that stops would stop them.
     - Commands stay within the model's bounds, tightened by ``action_low``/``action_high`` (either
@@ -218,6 +220,7 @@ class Actor(FinishableNode):
         self._latest_obs: np.ndarray | None = None
         self._latest_seq: int | None = None  # echo_sequence: the tag of _latest_obs
         self._started = time.monotonic()  # discovery_grace_s counts from here
+        self._starting = False  # stale since start-up, within the grace: said at info level
         self._last_obs_time = self._started  # no observation yet: stale after the timeout
         self._command: CommandBuffer | None = None
         self._spec = observation_spec(p["joints"], p["joint_fields"], p["joint_offset"], p["joint_scale"])
@@ -758,15 +761,24 @@ class Actor(FinishableNode):
             self.stale = True
             self.stale_events += 1
             self._stale_note, self._stale_checked = self._publishers_note(now), now
-            self.get_logger().warning(
-                f"no valid observation for {self.obs_timeout:g} s: publishing the safe command "
-                f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations return"
-                + self._stale_note)
+            # Waiting for the first observation at start-up, with no sign of a wrong set-up (a
+            # publisher of another type) is how every deploy starts: info, and a warning only if
+            # it lasts beyond the grace (every normal start warned before, a walkthrough).
+            self._starting = (self._last_obs_time == self._started and " is published as " not in
+                              self._stale_note and now - self._started < self.discovery_grace)
+            text = (f"no valid observation for {self.obs_timeout:g} s: publishing the safe command "
+                    f"{np.broadcast_to(self.safe, command.values.shape).tolist()} until observations "
+                    "return" + self._stale_note)
+            if self._starting:  # (rclpy: one severity per call site)
+                self.get_logger().info(text)
+            else:
+                self.get_logger().warning(text)
         elif now - self._stale_checked > STALE_RECHECK_S:  # a publisher that came (or went) since
             self._stale_checked = now
             note = self._publishers_note(now)
-            if note != self._stale_note:
-                self._stale_note = note
+            lasted = self._starting and now - self._started >= self.discovery_grace
+            if note != self._stale_note or lasted:
+                self._stale_note, self._starting = note, False
                 self.get_logger().warning("still no valid observation: safe command" + (note or
                                           f" ({self._observation_topic} is published with the type this "
                                           "actor reads, yet nothing valid arrives: it has not published yet, "
