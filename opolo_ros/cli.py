@@ -414,6 +414,30 @@ def demo_option_args(parser: argparse.ArgumentParser) -> None:
                              "(pose.pose,twist.twist for nav_msgs/Odometry)")
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """A recording's states against demonstrations': the imitation distance, both read alike."""
+    from opolo_ros.data.demos import load_episodes
+    from opolo_ros.sim.imitation import demo_states_of, imitation_distance
+
+    def read(path: str) -> list:
+        return load_episodes(path, topic=args.topic, joints=args.joints, fields=args.fields,
+                             episode_gap_s=args.episode_gap, obs_field=args.obs_field)
+
+    recording, demos = read(args.recording), read(args.demos)
+    dims = {recording[0].obs.shape[1], demos[0].obs.shape[1]}
+    if len(dims) != 1:
+        raise ValueError(f"{args.recording} has {recording[0].obs.shape[1]} values per state, {args.demos} "
+                         f"{demos[0].obs.shape[1]}: read both with the same --joints/--fields (or --topic)")
+    dim = dims.pop()
+    distance = imitation_distance(demo_states_of(recording, dim), demo_states_of(demos, dim))
+    def said(path: str, episodes: list) -> str:
+        return f"{path} ({counted(len(episodes), 'episode')}, {sum(len(ep.obs) for ep in episodes)} states)"
+
+    print(f"imitation distance {distance:.3f} of {said(args.recording, recording)} to "
+          f"{said(args.demos, demos)}; 0 = the demonstrations' states, in units of their spread per value")
+    return 0
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from opolo_ros.info import NONE_READ, info_lines
 
@@ -612,6 +636,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fail (status 1) if a topic has no publisher after this many seconds "
                          "(default: wait for ever)")
     rt.set_defaults(func=cmd_record_topics)
+
+    cmp = sub.add_parser("compare", help="the imitation distance of a recording's states (a robot's "
+                                         "/joint_states bag) to demonstrations'")
+    cmp.add_argument("recording", help="a bag, folder of bags or .npz: the states to judge")
+    cmp.add_argument("demos", help="a bag, folder of bags or .npz: the demonstrations (read the same way)")
+    demo_option_args(cmp)
+    cmp.set_defaults(func=cmd_compare)
 
     inf = sub.add_parser("info", help="what an ONNX policy (inputs, outputs, task), an MJCF model (joints, "
                                       "actuators, control period) or a bag / .npz (topics, episodes) holds")

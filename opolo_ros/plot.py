@@ -54,7 +54,11 @@ def plot_imitation_curve(eval_csv: str | Path, output: str | Path, title: str = 
     ax.plot([r["env_step"] for r in rows], [r["imitation_distance"] for r in rows], marker="o", markersize=3,
             label="policy")
     ax.axhline(rows[-1]["imitation_random"], color="gray", linestyle="--", label="random actions")
-    return _save(fig, ax, output, "imitation distance (0 = the demonstrations)", title)
+    label = "imitation distance (0 = the demonstrations)"
+    if all(r["imitation_distance"] > 0 for r in rows):  # distances over orders of magnitude
+        ax.set_yscale("log")
+        label = "imitation distance (log scale)"
+    return _save(fig, ax, output, label, title)
 
 
 def _axes():

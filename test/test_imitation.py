@@ -182,3 +182,29 @@ def test_an_mjcf_runs_eval_csv_has_the_imitation_columns_and_blank_returns(tmp_p
                        "wall_s": 1.0, "r_expert": float("nan"), "r_random": 1.0})
     assert (tmp_path / "gym" / "eval.csv").read_text().splitlines() == [
         "env_step,return_mean,return_std,normalised,wall_s,r_expert,r_random", "1000,5.0,0.0,,1.0,,1.0"]
+
+
+def test_compare_gives_a_recordings_distance_to_demonstrations(tmp_path: Path, capsys) -> None:
+    """`opolo-ros compare REC DEMOS`: a robot's recorded states against the demonstrations', read
+    alike (the README pointed at `info` for this, which only counts: a walkthrough)."""
+    from opolo_ros import cli
+    from opolo_ros.data.demos import Episode, load_episodes, save_npz
+
+    shipped = load_episodes(ROOT / "models" / "demos" / "InvertedPendulum-v5")
+    save_npz(tmp_path / "same.npz", shipped[:2])
+    save_npz(tmp_path / "off.npz", [Episode(ep.obs + 0.5, ep.ret) for ep in shipped[:2]])
+    demos = str(ROOT / "models" / "demos" / "InvertedPendulum-v5")
+    distances = []
+    for name in ("same", "off"):
+        assert cli.main(["compare", str(tmp_path / f"{name}.npz"), demos]) == 0
+        out = capsys.readouterr().out
+        rec = re.escape(str(tmp_path / f"{name}.npz"))
+        said = re.search(rf"imitation distance ([\d.]+) of {rec} \(2 episodes, 2002 states\) to "
+                         rf"{re.escape(demos)} \(4 episodes, 4004 states\); 0 = the demonstrations' states",
+                         out)
+        assert said, out
+        distances.append(float(said.group(1)))
+    assert distances[0] < 0.1 < 1.0 < distances[1], distances  # two of the four episodes / all moved
+    save_npz(tmp_path / "wide.npz", [Episode(np.zeros((3, 5)), 0.0)])
+    assert cli.main(["compare", str(tmp_path / "wide.npz"), demos]) == 2
+    assert "wide.npz has 5 values per state, " in capsys.readouterr().err
