@@ -208,3 +208,35 @@ def test_compare_gives_a_recordings_distance_to_demonstrations(tmp_path: Path, c
     save_npz(tmp_path / "wide.npz", [Episode(np.zeros((3, 5)), 0.0)])
     assert cli.main(["compare", str(tmp_path / "wide.npz"), demos]) == 2
     assert "wide.npz has 5 values per state, " in capsys.readouterr().err
+
+
+def test_an_mjcf_runs_evaluations_can_look_past_its_training_episodes(tmp_path: Path) -> None:
+    """eval_max_episode_steps: the learner's imitation evaluations over longer episodes than it
+    trains on (a walkthrough's arm held its posture through its 150-step episodes and spun after);
+    0 keeps the training episodes'. Refused for a Gymnasium task and with the time feature."""
+    import logging
+
+    from opolo_ros.algo.config import load_run_config
+    from opolo_ros.data.demos import Episode
+    from opolo_ros.sim.tasks import max_steps_of
+    from opolo_ros.train.stream import StreamHooks, StreamTrainer
+
+    xml = pendulum_model(tmp_path)
+    episodes = [Episode(np.zeros((21, 4), np.float32))] * 2
+    for extra, want in (({}, 20), ({"eval_max_episode_steps": 300}, 300)):
+        cfg = load_run_config(None, {"env_id": xml, "max_episode_steps": 20, "progress": False,
+                                     "run_dir": str(tmp_path / str(want)),
+                                     "opolo": {"net": {"hidden": [8, 8]}}, **extra})
+        hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("s"))
+        stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
+        try:
+            stream.start(episodes, resume=False, journal=False, journal_fsync=False)
+            env = stream.imitation.make_env()
+            assert (max_steps_of(stream.env), max_steps_of(env)) == (20, want)
+            env.close()
+        finally:
+            stream.close()
+    with pytest.raises(ValueError, match="'eval_max_episode_steps': sets an MJCF robot's time limit; Hopper"):
+        load_run_config(None, {"env_id": "Hopper-v5", "eval_max_episode_steps": 300})
+    with pytest.raises(ValueError, match="'eval_max_episode_steps' with time_feature: the time feature"):
+        load_run_config(None, {"env_id": xml, "time_feature": True, "eval_max_episode_steps": 300})

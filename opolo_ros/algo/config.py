@@ -141,6 +141,9 @@ class RunConfig:
     # An MJCF task's time limit, env steps per episode (the time feature's T); 0 = 1000. A Gymnasium
     # task keeps its own (the benchmark's scores are for it): refused there.
     max_episode_steps: int = 0
+    # An MJCF task's evaluation episodes (its imitation distance), env steps; 0 = max_episode_steps.
+    # Longer than the training episodes, it shows a policy that drifts after them (a robot runs on).
+    eval_max_episode_steps: int = 0
     demos: str = ""  # path to a bag, folder of bags, or .npz of state-only episodes
     num_demos: int = 4  # demonstration episodes to train on (the first ones); 0 = all there are
     # Reading a bag (opolo_ros.data.bags.read_demonstrations): the topic ("" = /opolo/demonstrations,
@@ -405,8 +408,8 @@ def load_run_config(path: str | Path | None = None, overrides: Mapping[str, Any]
 
 # Run config values that must be >= 1 / >= 0 (0 turns the periodic ones off).
 POSITIVE_KEYS = ("total_steps", "eval_episodes", "schedule.buffer_size")
-NON_NEGATIVE_KEYS = ("seed", "max_episode_steps", "num_demos", "eval_every", "checkpoint_every",
-                     "export_every", "torch_threads",
+NON_NEGATIVE_KEYS = ("seed", "max_episode_steps", "eval_max_episode_steps", "num_demos", "eval_every",
+                     "checkpoint_every", "export_every", "torch_threads",
                      "schedule.warmup_steps", "schedule.inverse_pretrain_steps", "schedule.disc_steps",
                      "schedule.inverse_steps", "schedule.gradient_steps", "schedule.exploration_noise")
 
@@ -474,9 +477,13 @@ def check_run_config(cfg: RunConfig) -> None:
     if Path(cfg.run_dir).exists() and not Path(cfg.run_dir).is_dir():
         raise ValueError(f"config 'run_dir': {cfg.run_dir} exists and is not a folder")
     _check_floats(values)
-    if cfg.max_episode_steps and not is_mjcf(cfg.env_id):
-        raise ValueError(f"config 'max_episode_steps': sets an MJCF robot's time limit; {cfg.env_id} keeps "
-                         f"the task's own (leave it 0), got {cfg.max_episode_steps}")
+    for key in ("max_episode_steps", "eval_max_episode_steps"):
+        if getattr(cfg, key) and not is_mjcf(cfg.env_id):
+            raise ValueError(f"config '{key}': sets an MJCF robot's time limit; {cfg.env_id} keeps "
+                             f"the task's own (leave it 0), got {getattr(cfg, key)}")
+    if cfg.eval_max_episode_steps and cfg.time_feature:
+        raise ValueError("config 'eval_max_episode_steps' with time_feature: the time feature 1 - t/T "
+                         "runs out at the training episodes' end (leave it 0)")
     if math.isfinite(cfg.stop_at_return) and cfg.eval_every <= 0:
         raise ValueError(f"config 'stop_at_return' ({cfg.stop_at_return:g}) needs evaluations: "
                          "set 'eval_every' > 0")

@@ -176,9 +176,10 @@ class StreamTrainer:
             self.expert_return = float(np.mean(known)) if known else math.nan
             if is_mjcf(cfg.env_id):
                 raw_dim = self.obs_dim - int(cfg.time_feature)
+                eval_steps = cfg.eval_max_episode_steps or cfg.max_episode_steps
                 self.imitation = ImitationEvaluator(
                     lambda: make_task_env(cfg.env_id, time_feature=cfg.time_feature,
-                                          max_episode_steps=cfg.max_episode_steps),
+                                          max_episode_steps=eval_steps),
                     demo_states_of(episodes, raw_dim), cfg.eval_episodes, seed=10_000 + cfg.seed)
         self.runner = UpdateRunner(self.learner, self.schedule, self.replay, experts)
         self._lock.acquire()  # before anything in the run folder is read or written
