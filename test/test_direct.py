@@ -157,8 +157,13 @@ def test_train_writes_run_folder(tmp_path, demos):
     assert len(rows) == 3  # header + evaluations at 60 and 120
     assert result.env_steps == 120 and np.isfinite(result.eval_mean)
     evals = [tuple(map(float, r.split(",")[:2])) for r in rows[1:]]
-    best_step = max(evals, key=lambda e: e[1])[0]  # the first of equal bests
-    assert load_policy(run / "policy_best.onnx").metadata.training_step == best_step
+    best_step, best_return = max(evals, key=lambda e: e[1])  # the first of equal bests
+    best = load_policy(run / "policy_best.onnx").metadata
+    assert best.training_step == best_step
+    # the evaluation that made it the best, in evaluate --stamp's keys (it said none, a walkthrough)
+    assert float(best.extra["eval_return_mean"]) == pytest.approx(best_return, abs=1e-4)
+    assert (best.extra["eval_episodes"], best.extra["eval_seed"]) == ("1", "10007")
+    assert "eval_return_mean" not in load_policy(run / "policy.onnx").metadata.extra
 
     again = DirectTrainer(cfg).train()  # a finished run run again: nothing trained, nothing added
     assert (run / "eval.csv").read_text().splitlines() == rows
@@ -333,6 +338,8 @@ def test_a_run_ends_early_once_an_evaluation_reaches_stop_at_return(tmp_path, de
     stream.ingest(ReplayBatch.from_rows(rows, stream.obs_dim, seq=0, source=1))
     assert stream.done and stream.step == 100 and stream.best_return >= -1e9
     assert stream.finish().env_steps == 100 and (tmp_path / "stream" / "policy_best.onnx").is_file()
+    stream_best = load_policy(tmp_path / "stream" / "policy_best.onnx").metadata.extra
+    assert float(stream_best["eval_return_mean"]) == pytest.approx(stream.best_return, abs=1e-4)
     stream.close()
     again = StreamTrainer(stream_cfg, policy_every=cfg.total_steps, hooks=hooks)
     again.start(None, resume=True, journal=False, journal_fsync=False)

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, UInt8MultiArray  # noqa: E402
 
 from opolo_ros.data.bags import read_demonstrations  # noqa: E402
-from opolo_ros.export.onnx_policy import export_policy  # noqa: E402
+from opolo_ros.export.onnx_policy import export_policy, load_policy  # noqa: E402
 from opolo_ros.launch_runner import GraphRunner, NodeSpec, load_launch_module  # noqa: E402
 from opolo_ros.ros import messages as m  # noqa: E402
 from opolo_ros.ros.qos import qos_for  # noqa: E402
@@ -467,6 +467,9 @@ def test_mjcf_training_run_is_evaluated_by_its_imitation_distance(tmp_path, ros_
     assert 0 < last["imitation_distance"] and last["imitation_random"] > 0
     assert np.isnan(last["return_mean"]) and f"{last['imitation_score']:.3f}" == said.group(3)
     assert "done: 1100 transitions, imitation distance " in run.stderr
+    best = load_policy(tmp_path / "run" / "policy_best.onnx").metadata.extra  # the evaluation that made it
+    assert float(best["eval_imitation_distance"]) == pytest.approx(last["imitation_distance"], abs=1e-4)
+    assert best["eval_max_episode_steps"] == "1000"
     # the progress lines show no return (0 throughout: noise, a walkthrough)
     assert "1000/1100 transitions, " in run.stderr and "training return" not in run.stderr
     assert "mean return of the" not in run.stderr
@@ -477,8 +480,6 @@ def test_mjcf_training_run_is_evaluated_by_its_imitation_distance(tmp_path, ros_
                              str(tmp_path / "run" / "checkpoint.pt"), str(tmp_path / "out.onnx")],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert export.returncode == 0, export.stderr[-2000:]
-    from opolo_ros.export.onnx_policy import load_policy
-
     assert load_policy(tmp_path / "out.onnx").metadata.env_id == str(xml)  # absolute, as the run's
     # The same file written relative to another working folder resumes the run (it was refused as
     # another task: "is for opolo on /abs/robot.xml, not opolo on robot.xml").

@@ -16,7 +16,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -341,16 +341,23 @@ def export_checkpoint(cfg: RunConfig, checkpoint: Path, out: Path, state: dict |
 
 def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, step: int, out: Path, *,
                  control_period_s: float | None, trainer: str = "direct",
-                 joint_names: Sequence[str] | None = None) -> Path:
+                 joint_names: Sequence[str] | None = None,
+                 evaluation: Mapping[str, object] | None = None) -> Path:
     """The ONNX export of `actor` at env step `step` (checked; a failed check warns), its metadata
     naming the `trainer` that trained it: the direct loop's, or a checkpoint's (export_checkpoint),
-    the control period it was trained at (None: not known, left out) and its joints (None: the
-    task file's)."""
+    the control period it was trained at (None: not known, left out), its joints (None: the
+    task file's) and `evaluation` (policy_best.onnx: the evaluation that made it the best)."""
+    metadata = policy_metadata(cfg, training_step=step, version=step, trainer=trainer,
+                               control_period_s=control_period_s, joint_names=joint_names)
     return export_policy_or_warn(actor, out, DirectTrainer._warn, action_low=scaler.low,
-                                 action_high=scaler.high,
-                                 metadata=policy_metadata(cfg, training_step=step, version=step,
-                                                          trainer=trainer, control_period_s=control_period_s,
-                                                          joint_names=joint_names))
+                                 action_high=scaler.high, metadata={**metadata, **(evaluation or {})})
+
+
+def evaluation_metadata(cfg: RunConfig, **values: float) -> dict[str, object]:
+    """An evaluation as policy_best.onnx records it, in ``evaluate --stamp``'s keys: `values`
+    (``return_mean``, ``imitation_distance``, ...) as ``eval_<name>``, with the episodes and seed."""
+    return {**{f"eval_{key}": round(value, 4) for key, value in values.items()},
+            "eval_episodes": cfg.eval_episodes, "eval_seed": 10_000 + cfg.seed}
 
 
 class DirectTrainer:
@@ -479,10 +486,10 @@ class DirectTrainer:
                            time_feature=self.cfg.time_feature, stop=stop)
         return float(returns.mean()), float(returns.std())
 
-    def export(self, path: Path) -> Path:
+    def export(self, path: Path, evaluation: Mapping[str, object] | None = None) -> Path:
         check_finite(self.learner, self.step, path.name)
         return export_actor(self.learner.actor, self.scaler, self.cfg, self.step, path,
-                            control_period_s=self.control_period)
+                            control_period_s=self.control_period, evaluation=evaluation)
 
     @staticmethod
     def _warn(text: str) -> None:
@@ -627,8 +634,10 @@ class DirectTrainer:
                            "r_expert": self.expert_return, "r_random": self.random_return})
         if bar is not None:
             bar.write(eval_line(self.step, mean, std, norm))
+        best = evaluation_metadata(self.cfg, return_mean=mean, return_std=std)
         self.best_return = note_evaluation(mean, self.best_return, self.cfg, self.step,
-                                           lambda: self.export(self.run_dir / "policy_best.onnx"), tqdm.write)
+                                           lambda: self.export(self.run_dir / "policy_best.onnx", best),
+                                           tqdm.write)
         self._last_eval, self._last_eval_step = (mean, std), self.step
         return mean, std
 

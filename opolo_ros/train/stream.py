@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
@@ -66,6 +66,7 @@ from opolo_ros.train.checkpoint import (
 from opolo_ros.train.direct import (
     PolicyFn,
     TrainResult,
+    evaluation_metadata,
     note_evaluation,
     policy_metadata,
     recorded_joints,
@@ -530,8 +531,9 @@ class StreamTrainer:
         self._last_log, self._last_log_t = n, now
 
     # ------------------------------------------------------------------ outputs
-    def export(self, path: Path) -> Path:
-        """Export the policy (checked against PyTorch); version = transitions consumed.
+    def export(self, path: Path, evaluation: Mapping[str, object] | None = None) -> Path:
+        """Export the policy (checked against PyTorch); version = transitions consumed; with
+        `evaluation` in its metadata (policy_best.onnx: the evaluation that made it the best).
 
         A policy that fails the exporter's check is still exported, with a warning: an actor
         waiting for this version must not wait forever.
@@ -542,7 +544,7 @@ class StreamTrainer:
                                    control_period_s=self.control_period)
         return export_policy_or_warn(self.learner.actor, path, self.hooks.log.warning,
                                      action_low=self.scaler.low, action_high=self.scaler.high,
-                                     metadata=metadata)
+                                     metadata={**metadata, **(evaluation or {})})
 
     def _publish_policy(self) -> None:
         self.hooks.publish_policy(self.export(self.policy_path), self.step)
@@ -571,8 +573,9 @@ class StreamTrainer:
         else:
             self.hooks.log.info(line)
         self.last_eval = (self.step, mean, std)
+        best = evaluation_metadata(cfg, return_mean=mean, return_std=std)
         self.best_return = note_evaluation(mean, self.best_return, cfg, self.step,
-                                           lambda: self.export(self.run_dir / "policy_best.onnx"),
+                                           lambda: self.export(self.run_dir / "policy_best.onnx", best),
                                            self.hooks.log.info)
         return mean, std
 
@@ -722,7 +725,10 @@ class StreamTrainer:
         self.last_eval = (self.step, math.nan, math.nan)
         self.last_imitation = (distance, random_distance)
         if self.imitation.improved(distance) and self.cfg.keep_best:
-            self.export(self.run_dir / "policy_best.onnx")
+            best = evaluation_metadata(self.cfg, imitation_distance=distance,
+                                       imitation_random=random_distance,
+                                       max_episode_steps=self.cfg.eval_max_episode_steps or self.max_steps)
+            self.export(self.run_dir / "policy_best.onnx", best)
 
     def finish(self) -> TrainResult:
         """After ``total_steps``: final evaluation, checkpoint, export, learning-curve PNG."""
