@@ -37,6 +37,17 @@ def test_the_scale_is_the_demonstrations_spread_with_a_floor_for_still_joints() 
         demo_scale(np.zeros((0, 3)))
 
 
+def test_demonstrations_that_hold_most_joints_still_give_a_finite_distance() -> None:
+    """The floor under a dimension's scale is at least 1e-6: where most joints are held still (the
+    median spread is 0, so SPREAD_FLOOR of it is too) a still joint's scale would be 0, and a
+    demonstration's own states NaN away from themselves (a mutation test)."""
+    demos = np.zeros((50, 3))
+    demos[:, 0] = np.linspace(-1.0, 1.0, 50)  # one joint moves, two are held still
+    assert demo_scale(demos)[1][1:].tolist() == [1e-6, 1e-6]
+    assert imitation_distance(demos, demos) == 0.0
+    assert imitation_distance(demos + [0.0, 1e-6, 0.0], demos) == pytest.approx(1.0)
+
+
 def test_the_distance_is_zero_on_the_demonstrations_and_counts_both_directions() -> None:
     rng = np.random.default_rng(0)
     demos = rng.normal(size=(200, 4)) * [1.0, 10.0, 0.1, 1.0]
@@ -55,6 +66,18 @@ def test_the_distance_is_zero_on_the_demonstrations_and_counts_both_directions()
     with_nan = np.vstack([demos, np.full((3, 4), np.nan)])
     assert imitation_distance(with_nan, demos) == pytest.approx(0.0, abs=1e-6)
     assert imitation_distance(np.full((3, 4), np.inf), demos) == np.inf
+
+
+def test_the_distance_is_the_mean_of_both_directions_and_drops_partly_non_finite_states() -> None:
+    """Worked values: the distance is the mean of the two directions' mean nearest distances (not
+    their sum: the benchmark's figures are read in it), and a state with any non-finite value is
+    left out as a whole, not only one that is non-finite throughout (a mutation test)."""
+    demos = np.array([[0.0], [2.0]])  # centre 1, spread 1
+    assert imitation_distance(np.array([[0.0]]), demos) == pytest.approx(0.5)  # 0 one way, (0 + 2) / 2
+    assert imitation_distance(np.array([[1.0]]), demos) == pytest.approx(1.0)
+    demos = np.array([[0.0, 0.0], [2.0, 2.0]])
+    assert imitation_distance(np.array([[0.0, 0.0], [2.0, 2.0], [np.nan, 2.0]]), demos) == 0.0
+    assert imitation_distance(np.array([[np.inf, 0.0]]), demos) == np.inf
 
 
 def test_the_score_is_one_on_the_demonstrations_and_zero_as_far_as_random_actions() -> None:
@@ -94,6 +117,41 @@ def test_the_expert_is_near_its_demonstrations_and_random_actions_are_far(tmp_pa
     assert evaluator(still)[1] == random_distance and evaluator(still)[0] > distance
     assert evaluator.improved(distance) and not evaluator.improved(distance + 1e-6)
     assert evaluator.improved(distance / 2)
+
+
+def test_the_evaluator_uses_the_same_episode_seeds_for_both_and_takes_the_reference_once(
+        tmp_path: Path, monkeypatch) -> None:
+    """A run's evaluation: the policy's and random actions' states from the same episode resets
+    (seed, seed + 1, ...: the reference is of the same episodes), the reference taken at the first
+    evaluation only, and not at all when the run's checkpoint gave it (a mutation test: taken at
+    every evaluation, or with other seeds, every test passed)."""
+    from opolo_ros.sim.tasks import make_task_env
+
+    xml = pendulum_model(tmp_path)
+    make = lambda: make_task_env(xml, max_episode_steps=20)  # noqa: E731
+    rng = np.random.default_rng(0)
+    states = rng.normal(scale=0.1, size=(100, 4))
+    still = lambda obs: np.zeros(1, dtype=np.float32)  # noqa: E731
+    evaluator = ImitationEvaluator(make, states, episodes=2, seed=10_005)
+    distance, random_distance = evaluator(still)
+    assert random_distance == imitation_distance(imitation.random_visited_states(make, 2, 10_005, 4), states)
+    assert distance == imitation_distance(imitation.visited_states(still, make, 2, 10_005, 4), states)
+    assert random_distance != imitation_distance(imitation.random_visited_states(make, 2, 10_006, 4), states)
+    assert distance != imitation_distance(imitation.visited_states(still, make, 2, 10_006, 4), states)
+
+    def taken_again(*args: object, **kwargs: object) -> np.ndarray:
+        raise AssertionError("the random actions' distance was taken again")
+
+    monkeypatch.setattr(imitation, "random_visited_states", taken_again)
+    assert evaluator(still) == (distance, random_distance)
+    restored = ImitationEvaluator(make, states, episodes=2, seed=10_005, random_distance=7.0)
+    assert restored(still) == (distance, 7.0)
+
+
+def test_a_random_reference_that_is_not_a_finite_positive_distance_gives_no_score() -> None:
+    """Random actions that never reached a finite state (the simulation blew up at once) are an
+    infinite reference: no score, not 1 for any policy (a mutation test)."""
+    assert np.isnan(imitation_score(1.0, float("inf"))) and np.isnan(imitation_score(1.0, -1.0))
 
 
 def test_evaluate_measures_an_mjcf_policys_motion_against_demonstrations(tmp_path: Path, capsys) -> None:
@@ -240,3 +298,57 @@ def test_an_mjcf_runs_evaluations_can_look_past_its_training_episodes(tmp_path: 
         load_run_config(None, {"env_id": "Hopper-v5", "eval_max_episode_steps": 300})
     with pytest.raises(ValueError, match="'eval_max_episode_steps' with time_feature: the time feature"):
         load_run_config(None, {"env_id": xml, "time_feature": True, "eval_max_episode_steps": 300})
+
+
+def test_a_resumed_mjcf_run_keeps_its_random_reference_and_best_distance(tmp_path: Path, monkeypatch) -> None:
+    """The learner's checkpoint holds an MJCF run's imitation state: the random actions' distance
+    (taken once, at the first evaluation, with the evaluations' seeds 10000 + the run's seed), the
+    best distance so far and the last evaluation. A resumed run does not take the reference again,
+    and does not write policy_best.onnx for a policy no better than its best before the stop (a
+    mutation test: dropping the restore left every test passing)."""
+    import logging
+    import sys
+
+    from opolo_ros.algo.config import load_run_config
+    from opolo_ros.data.demos import load_episodes
+    from opolo_ros.train.stream import StreamHooks, StreamTrainer
+
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import pendulum_robot_demos
+
+    episodes = load_episodes(pendulum_robot_demos(tmp_path / "demos.npz"))
+    cfg = load_run_config(None, {"env_id": pendulum_model(tmp_path), "max_episode_steps": 20, "seed": 3,
+                                 "eval_episodes": 2, "progress": False, "run_dir": str(tmp_path / "run"),
+                                 "opolo": {"net": {"hidden": [8, 8]}}})
+
+    def started(resume: bool) -> StreamTrainer:
+        hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("s"))
+        stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
+        stream.start(episodes, resume=resume, journal=False, journal_fsync=False)
+        return stream
+
+    stream = started(resume=False)
+    try:
+        assert (stream.imitation.episodes, stream.imitation.seed) == (2, 10_003)
+        stream._evaluate_imitation()
+        distance, random_distance = stream.last_imitation
+        assert 0 < distance and 0 < random_distance == stream.imitation.random_distance
+        assert stream.imitation.best == distance and (tmp_path / "run" / "policy_best.onnx").is_file()
+        stream.save()
+    finally:
+        stream.close()
+    (tmp_path / "run" / "policy_best.onnx").unlink()
+    resumed = started(resume=True)
+    try:
+        assert resumed.last_imitation == (distance, random_distance)
+        assert (resumed.imitation.random_distance, resumed.imitation.best) == (random_distance, distance)
+
+        def taken_again(*args: object, **kwargs: object) -> np.ndarray:
+            raise AssertionError("the random actions' distance was taken again")
+
+        monkeypatch.setattr(imitation, "random_visited_states", taken_again)
+        resumed._evaluate_imitation()  # the same policy (the checkpoint's): the same distance, no better
+        assert resumed.last_imitation == (distance, random_distance)
+        assert not (tmp_path / "run" / "policy_best.onnx").exists()
+    finally:
+        resumed.close()
