@@ -100,6 +100,9 @@ CASES = {
     "evaluate on an MJCF file without demos": Case(
         ("evaluate", "{expert_onnx}", "--env-id", "{tmp}/robot.xml"),
         "robot.xml is an MJCF model, which has no reward: give --demos"),
+    "evaluate a Gymnasium task with another time limit": Case(  # (a mutation test)
+        ("evaluate", "{expert_onnx}", "--max-episode-steps", "300"),
+        "--max-episode-steps sets an MJCF model's time limit; InvertedPendulum-v5 keeps its own"),
     "evaluate on an id whose module is missing": Case(  # ModuleNotFoundError's traceback before
         ("evaluate", "{expert_onnx}", "--env-id", "nosuchmod:Foo-v0"),
         "cannot create environment 'nosuchmod:Foo-v0': No module named 'nosuchmod'"),

@@ -148,6 +148,35 @@ def test_the_evaluator_uses_the_same_episode_seeds_for_both_and_takes_the_refere
     assert restored(still) == (distance, 7.0)
 
 
+def test_a_time_feature_policys_states_are_compared_without_the_time_feature(tmp_path: Path) -> None:
+    """An MJCF run may train with the time feature: its policy (and random actions) see it, the
+    demonstrations have no such value, so the visited states are cut to the demonstrations' values
+    before they are compared (a mutation test)."""
+    from opolo_ros.sim.tasks import make_task_env
+
+    xml = pendulum_model(tmp_path)
+    make = lambda: make_task_env(xml, time_feature=True, max_episode_steps=20)  # noqa: E731
+    seen: list[int] = []
+
+    def still(obs: np.ndarray) -> np.ndarray:
+        seen.append(len(obs))
+        return np.zeros(1, dtype=np.float32)
+
+    assert imitation.visited_states(still, make, 1, 10_000, 4).shape == (21, 4) and set(seen) == {5}
+    demos = np.random.default_rng(0).normal(size=(50, 4))
+    assert np.isfinite(ImitationEvaluator(make, demos, episodes=1, seed=10_000)(still)).all()
+
+
+def test_only_a_smaller_distance_is_an_improvement() -> None:
+    """policy_best.onnx is written for a run's best distance: a tie keeps the earlier policy, and a
+    NaN distance (a policy that diverged) is no best, nor does it stop later ones from being one (a
+    mutation test)."""
+    evaluator = ImitationEvaluator(lambda: None, np.zeros((2, 1)), episodes=1, seed=0)
+    assert evaluator.improved(2.0) and not evaluator.improved(2.0) and evaluator.best == 2.0
+    assert not evaluator.improved(float("nan")) and evaluator.best == 2.0
+    assert evaluator.improved(1.0) and evaluator.best == 1.0
+
+
 def test_a_random_reference_that_is_not_a_finite_positive_distance_gives_no_score() -> None:
     """Random actions that never reached a finite state (the simulation blew up at once) are an
     infinite reference: no score, not 1 for any policy (a mutation test)."""
@@ -219,6 +248,57 @@ def test_evaluate_measures_an_mjcf_policys_motion_against_demonstrations(tmp_pat
     err = capsys.readouterr().err.strip()
     assert err.endswith(f"demonstrations {bag} have 4 values per state, {hopper} takes 11 (and the time "
                         "feature)") and len(err.splitlines()) == 1, err
+
+
+def test_evaluate_runs_an_mjcf_models_episodes_as_long_as_its_metadata_says(tmp_path: Path, capsys) -> None:
+    """An MJCF model's evaluation episodes: --max-episode-steps, else its max_episode_steps, else
+    its time feature's T (a model exported before max_episode_steps was recorded), else 1000 (a
+    mutation test: the T fallback was untested)."""
+    import shutil
+    import sys
+
+    from opolo_ros import cli
+    from opolo_ros.export.onnx_policy import stamp_metadata
+
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import pendulum_robot_demos
+
+    xml = pendulum_model(tmp_path)
+    demos = pendulum_robot_demos(tmp_path / "demos.npz")
+    cases = [({"time_feature_steps": 90}, [], 90),
+             ({"time_feature_steps": 90, "max_episode_steps": 60}, [], 60),
+             ({"max_episode_steps": 60}, ["--max-episode-steps", "30"], 30), ({}, [], 1000)]
+    for k, (stamped, given, want) in enumerate(cases):
+        model = tmp_path / f"expert{k}.onnx"
+        shutil.copy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx", model)
+        if stamped:
+            stamp_metadata(model, stamped)
+        assert cli.main(["evaluate", str(model), "--env-id", xml, "--episodes", "1", "--demos", str(demos),
+                         *given]) == 0
+        assert f"over 1 episodes of up to {want} steps" in capsys.readouterr().out, stamped
+
+
+def test_evaluate_num_demos_0_takes_every_demonstration_over_the_models_count(tmp_path: Path, capsys) -> None:
+    """--num-demos 0 is all the demonstrations (as num_demos: 0 trains on all), not "unset": it
+    overrides the model's num_demos as any other count does (a mutation test)."""
+    import shutil
+    import sys
+
+    from opolo_ros import cli
+    from opolo_ros.export.onnx_policy import stamp_metadata
+
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import pendulum_robot_demos
+
+    xml = pendulum_model(tmp_path)
+    demos = pendulum_robot_demos(tmp_path / "demos.npz")
+    model = tmp_path / "expert.onnx"
+    shutil.copy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx", model)
+    stamp_metadata(model, {"max_episode_steps": 20, "num_demos": 2})
+    for given, want in (([], 2), (["--num-demos", "3"], 3), (["--num-demos", "0"], 4)):
+        assert cli.main(["evaluate", str(model), "--env-id", xml, "--episodes", "1", "--demos", str(demos),
+                         *given]) == 0
+        assert f" to {want} episodes of {demos} " in capsys.readouterr().out, given
 
 
 def test_an_mjcf_runs_eval_csv_has_the_imitation_columns_and_blank_returns(tmp_path: Path) -> None:
