@@ -301,6 +301,66 @@ def test_evaluate_num_demos_0_takes_every_demonstration_over_the_models_count(tm
         assert f" to {want} episodes of {demos} " in capsys.readouterr().out, given
 
 
+def test_evaluates_random_reference_runs_the_policys_episodes(tmp_path: Path) -> None:
+    """evaluate --demos: random actions' distance is taken from the same episode resets as the
+    policy's (--seed, --seed + 1, ...) and over its episode length, so the score compares the two
+    on the same episodes (a mutation test: other seeds passed every test)."""
+    import shutil
+    import sys
+
+    from opolo_ros import cli
+    from opolo_ros.data.demos import load_episodes
+    from opolo_ros.export.onnx_policy import load_policy, stamp_metadata
+    from opolo_ros.sim.tasks import make_task_env
+
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import pendulum_robot_demos
+
+    xml = pendulum_model(tmp_path)
+    demos = pendulum_robot_demos(tmp_path / "demos.npz")
+    model = tmp_path / "expert.onnx"
+    shutil.copy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx", model)
+    stamp_metadata(model, {"max_episode_steps": 50})
+    assert cli.main(["evaluate", str(model), "--env-id", xml, "--episodes", "2", "--seed", "123",
+                     "--demos", str(demos), "--stamp"]) == 0
+    extra = load_policy(model).metadata.extra
+    make = lambda: make_task_env(xml, max_episode_steps=50)  # noqa: E731
+    states = imitation.demo_states_of(load_episodes(demos), 4)
+    want = imitation_distance(imitation.random_visited_states(make, 2, 123, 4), states)
+    assert float(extra["eval_imitation_random"]) == round(want, 4)
+    want = imitation_distance(imitation.visited_states(load_policy(model), make, 2, 123, 4), states)
+    assert float(extra["eval_imitation_distance"]) == round(want, 4)
+
+
+def test_evaluate_reads_a_joint_state_bag_by_the_models_joint_names(tmp_path: Path, capsys) -> None:
+    """A robot's /joint_states bag names its joints in its own order (hinge before slider here):
+    evaluate --demos reads it by the model's joints, as training does, and measures the same
+    distance as for those states in the model's order (a mutation test: read in the messages'
+    order, the states were scrambled without a word)."""
+    import shutil
+    import sys
+
+    from opolo_ros import cli
+    from opolo_ros.data.demos import Episode, load_episodes, save_npz
+
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import JS, SEC, _joint_state, _write_stream
+
+    shipped = load_episodes(ROOT / "models" / "demos" / "InvertedPendulum-v5")[:2]
+    save_npz(tmp_path / "ordered.npz", [Episode(ep.obs) for ep in shipped])
+    msgs = [(SEC * (1 + 100 * e) + k * SEC // 25, _joint_state(["hinge", "slider"], row[[1, 0]], row[[3, 2]]))
+            for e, ep in enumerate(shipped) for k, row in enumerate(ep.obs)]
+    bag = _write_stream(tmp_path / "robot", {"/joint_states": (JS, msgs)})
+    model = tmp_path / "expert.onnx"
+    shutil.copy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx", model)
+    said = []
+    for demos in (tmp_path / "ordered.npz", bag):
+        assert cli.main(["evaluate", str(model), "--env-id", pendulum_model(tmp_path), "--episodes", "1",
+                         "--max-episode-steps", "50", "--demos", str(demos)]) == 0
+        said.append(re.search(r"imitation distance ([\d.]+) to 2 episodes", capsys.readouterr().out))
+    assert said[0] and said[1] and said[0].group(1) == said[1].group(1), said
+
+
 def test_an_mjcf_runs_eval_csv_has_the_imitation_columns_and_blank_returns(tmp_path: Path) -> None:
     """Rows of a run without a return: the imitation columns, and blank return cells in every row
     (a row the next evaluation rewrote said 'nan' there, a new one nothing: a walkthrough); a
