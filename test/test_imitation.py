@@ -336,7 +336,8 @@ def test_evaluate_reads_a_joint_state_bag_by_the_models_joint_names(tmp_path: Pa
     """A robot's /joint_states bag names its joints in its own order (hinge before slider here):
     evaluate --demos reads it by the model's joints, as training does, and measures the same
     distance as for those states in the model's order (a mutation test: read in the messages'
-    order, the states were scrambled without a word)."""
+    order, the states were scrambled without a word). The other demonstration options reach the
+    reader too."""
     import shutil
     import sys
 
@@ -359,6 +360,13 @@ def test_evaluate_reads_a_joint_state_bag_by_the_models_joint_names(tmp_path: Pa
                          "--max-episode-steps", "50", "--demos", str(demos)]) == 0
         said.append(re.search(r"imitation distance ([\d.]+) to 2 episodes", capsys.readouterr().out))
     assert said[0] and said[1] and said[0].group(1) == said[1].group(1), said
+    # the demonstration options reach the reader: --episode-gap (gaps never split: one episode),
+    # and compare's --joints (the bag in the npz's order: the same states)
+    assert cli.main(["evaluate", str(model), "--env-id", pendulum_model(tmp_path), "--episodes", "1",
+                     "--max-episode-steps", "50", "--demos", str(bag), "--episode-gap", "inf"]) == 0
+    assert " to 1 episode of " in capsys.readouterr().out
+    assert cli.main(["compare", str(bag), str(tmp_path / "ordered.npz"), "--joints", "slider,hinge"]) == 0
+    assert capsys.readouterr().out.startswith("imitation distance 0.000 of ")
 
 
 def test_an_mjcf_runs_eval_csv_has_the_imitation_columns_and_blank_returns(tmp_path: Path) -> None:
@@ -406,6 +414,39 @@ def test_compare_gives_a_recordings_distance_to_demonstrations(tmp_path: Path, c
     save_npz(tmp_path / "wide.npz", [Episode(np.zeros((3, 5)), 0.0)])
     assert cli.main(["compare", str(tmp_path / "wide.npz"), demos]) == 2
     assert "wide.npz has 5 values per state, " in capsys.readouterr().err
+
+
+def test_compare_measures_in_the_demonstrations_spread_not_the_recordings(tmp_path: Path, capsys) -> None:
+    """compare REC DEMOS is the distance of the recording to the demonstrations, in the units of
+    the demonstrations' spread: a robot that held one demonstrated state is as far as the states
+    it never reached, not a million units of its own (no) spread away (a mutation test)."""
+    from opolo_ros import cli
+    from opolo_ros.data.demos import Episode, load_episodes, save_npz
+
+    demos = ROOT / "models" / "demos" / "InvertedPendulum-v5"
+    shipped = load_episodes(demos)
+    held = np.repeat(shipped[0].obs[100:101], 200, axis=0)
+    save_npz(tmp_path / "held.npz", [Episode(held)])
+    assert cli.main(["compare", str(tmp_path / "held.npz"), str(demos)]) == 0
+    said = re.search(r"imitation distance ([\d.]+) of ", capsys.readouterr().out)
+    want = imitation_distance(held, imitation.demo_states_of(shipped, 4))
+    assert said and said.group(1) == f"{want:.3f}" and want < 10.0, (said, want)
+
+
+def test_a_gymnasium_evaluation_stamps_no_episode_length(tmp_path: Path) -> None:
+    """--stamp writes eval_max_episode_steps for an MJCF model only (its episodes are the ones it
+    was given); a Gymnasium task's are the task's own, and the key would say otherwise of a model
+    evaluate reads it from (a mutation test)."""
+    import shutil
+
+    from opolo_ros import cli
+    from opolo_ros.export.onnx_policy import load_policy
+
+    model = tmp_path / "expert.onnx"
+    shutil.copy(ROOT / "models" / "experts" / "InvertedPendulum-v5.onnx", model)
+    assert cli.main(["evaluate", str(model), "--episodes", "1", "--stamp"]) == 0
+    extra = load_policy(model).metadata.extra
+    assert extra["eval_episodes"] == "1" and "eval_max_episode_steps" not in extra
 
 
 def test_an_mjcf_runs_evaluations_can_look_past_its_training_episodes(tmp_path: Path) -> None:
