@@ -481,12 +481,14 @@ def test_an_mjcf_runs_evaluations_can_look_past_its_training_episodes(tmp_path: 
         load_run_config(None, {"env_id": xml, "time_feature": True, "eval_max_episode_steps": 300})
 
 
-def test_a_resumed_mjcf_run_keeps_its_random_reference_and_best_distance(tmp_path: Path, monkeypatch) -> None:
+def test_a_resumed_mjcf_run_keeps_its_random_reference_and_best_distance(tmp_path: Path, monkeypatch,
+                                                                         caplog) -> None:
     """The learner's checkpoint holds an MJCF run's imitation state: the random actions' distance
     (taken once, at the first evaluation, with the evaluations' seeds 10000 + the run's seed), the
     best distance so far and the last evaluation. A resumed run does not take the reference again,
     and does not write policy_best.onnx for a policy no better than its best before the stop (a
-    mutation test: dropping the restore left every test passing)."""
+    mutation test: dropping the restore left every test passing). Its progress lines show no
+    return (an MJCF task's are 0 throughout)."""
     import logging
     import sys
 
@@ -511,7 +513,10 @@ def test_a_resumed_mjcf_run_keeps_its_random_reference_and_best_distance(tmp_pat
     stream = started(resume=False)
     try:
         assert (stream.imitation.episodes, stream.imitation.seed) == (2, 10_003)
-        stream._evaluate_imitation()
+        assert np.isnan(stream._evaluate()).all()  # no return: the imitation evaluation instead
+        with caplog.at_level(logging.INFO, logger="s"):
+            stream._log_rate()
+        assert [m for m in caplog.messages if "steps/s" in m][-1].endswith(" steps/s"), caplog.messages
         distance, random_distance = stream.last_imitation
         assert 0 < distance and 0 < random_distance == stream.imitation.random_distance
         assert stream.imitation.best == distance and (tmp_path / "run" / "policy_best.onnx").is_file()
