@@ -479,6 +479,9 @@ def test_an_mjcf_runs_evaluations_can_look_past_its_training_episodes(tmp_path: 
         load_run_config(None, {"env_id": "Hopper-v5", "eval_max_episode_steps": 300})
     with pytest.raises(ValueError, match="'eval_max_episode_steps' with time_feature: the time feature"):
         load_run_config(None, {"env_id": xml, "time_feature": True, "eval_max_episode_steps": 300})
+    # a negative length is refused as max_episode_steps' is (a mutation test)
+    with pytest.raises(ValueError, match="config 'eval_max_episode_steps': must not be negative, got -1"):
+        load_run_config(None, {"env_id": xml, "eval_max_episode_steps": -1})
 
 
 def test_a_resumed_mjcf_run_keeps_its_random_reference_and_best_distance(tmp_path: Path, monkeypatch,
