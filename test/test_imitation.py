@@ -390,6 +390,33 @@ def test_an_mjcf_runs_eval_csv_has_the_imitation_columns_and_blank_returns(tmp_p
         "env_step,return_mean,return_std,normalised,wall_s,r_expert,r_random", "1000,5.0,0.0,,1.0,,1.0"]
 
 
+def test_an_mjcf_runs_curve_is_its_imitation_distance_on_a_log_scale(tmp_path: Path, monkeypatch) -> None:
+    """A run folder whose eval.csv has the imitation columns is drawn as its distance against the
+    random actions' line, on a log scale while every distance is above 0 (the distances span
+    orders of magnitude), linear with a 0 in it; not as its (blank) returns (a mutation test)."""
+    from opolo_ros import plot
+    from opolo_ros.train.logger import RunLogger
+
+    drawn = []
+    real_save = plot._save
+
+    def save(fig, ax, output: str | Path, ylabel: str, title: str) -> Path:
+        drawn.append((ylabel, ax.get_yscale(), [list(line.get_ydata()) for line in ax.get_lines()]))
+        return real_save(fig, ax, output, ylabel, title)
+
+    monkeypatch.setattr(plot, "_save", save)
+    warned: list[str] = []
+    for name, distances in (("far", (30.0, 0.5)), ("on", (30.0, 0.0))):
+        logger = RunLogger(tmp_path / name, tensorboard=False)
+        for step, distance in zip((1000, 2000), distances):
+            logger.evaluation({"env_step": step, "wall_s": 1.0, "imitation_distance": distance,
+                               "imitation_random": 40.0, "imitation_score": imitation_score(distance, 40.0)})
+        assert plot.draw_run_curve(tmp_path / name, name, float("nan"), warned.append) is not None
+    assert not warned and drawn == [
+        ("imitation distance (log scale)", "log", [[30.0, 0.5], [40.0, 40.0]]),
+        ("imitation distance (0 = the demonstrations)", "linear", [[30.0, 0.0], [40.0, 40.0]])]
+
+
 def test_compare_gives_a_recordings_distance_to_demonstrations(tmp_path: Path, capsys) -> None:
     """`opolo-ros compare REC DEMOS`: a robot's recorded states against the demonstrations', read
     alike (the README pointed at `info` for this, which only counts: a walkthrough)."""
