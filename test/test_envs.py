@@ -367,6 +367,7 @@ def test_an_mjcf_models_frame_skip_sets_its_control_step_and_bad_ones_are_refuse
     start = base.data.time
     env.step(np.array([1.0]))
     assert base.frame_skip == 5 and base.data.time - start == pytest.approx(0.05)
+    assert not base.notes  # the name itself is no near miss (a mutation test)
     assert task_control_period(skip5) == pytest.approx(0.05)
     plain = make_task_env(mjcf(tmp_path, 1.0), seed=0)
     plain.reset(seed=0)

@@ -215,6 +215,22 @@ def test_demonstrations_shorter_than_the_time_limit_are_said():
     assert short_episodes_note(of(300), None) is None and short_episodes_note([], 1000) is None
 
 
+def test_demonstrations_recorded_on_another_task_are_named_and_mjcf_files_compare_by_name():
+    """The task a bag says it records is compared with the run's: another one is named (training
+    and evaluate --demos refuse it); an MJCF file by its file name, since the bag may come from
+    another machine's folder; no env_id said, no refusal (a mutation test)."""
+    from opolo_ros.data.demos import Episode, recorded_on_other_task
+
+    def of(*env_ids: str) -> list:
+        return [Episode(np.zeros((3, 2), np.float32), meta={"env_id": e} if e else {}) for e in env_ids]
+
+    assert recorded_on_other_task("bag", of("/home/a/robot.xml"), "/work/robot.xml") is None
+    assert recorded_on_other_task("bag", of("", "Hopper-v5"), "Hopper-v5") is None
+    assert recorded_on_other_task("bag", of("/home/a/arm.xml", "Walker2d-v5", ""), "/work/robot.xml") == (
+        "demonstrations bag were recorded on /home/a/arm.xml, Walker2d-v5 (the bag's metadata says so), not "
+        "on /work/robot.xml")
+
+
 def test_a_recorded_streams_last_episode_shorter_than_the_rest_is_said():
     """A recording stopped mid-episode (record-topics --duration, a signal) ends with a part of an
     episode, which trained as a whole one without a word (a walkthrough). Said when the last of a
