@@ -417,6 +417,23 @@ def test_an_mjcf_runs_curve_is_its_imitation_distance_on_a_log_scale(tmp_path: P
         ("imitation distance (0 = the demonstrations)", "linear", [[30.0, 0.0], [40.0, 40.0]])]
 
 
+def test_an_eval_csv_from_before_the_imitation_columns_gets_them_with_its_first_imitation_row(
+        tmp_path: Path) -> None:
+    """An MJCF run resumed from a run folder written before the imitation columns existed (its
+    rows: blank returns): the next evaluation's row adds the columns to the file, blank in the old
+    rows, instead of dropping the distance (a mutation test)."""
+    from opolo_ros.train.logger import RunLogger
+
+    (tmp_path / "eval.csv").write_text("env_step,return_mean,return_std,normalised,wall_s,r_expert,r_random\n"
+                                       "1000,,,,1.0,,\n")
+    RunLogger(tmp_path, tensorboard=False).evaluation(
+        {"env_step": 2000, "wall_s": 2.0, "imitation_distance": 1.0, "imitation_random": 4.0,
+         "imitation_score": 0.75})
+    assert (tmp_path / "eval.csv").read_text().splitlines() == [
+        "env_step,return_mean,return_std,normalised,wall_s,r_expert,r_random,imitation_distance,"
+        "imitation_random,imitation_score", "1000,,,,1.0,,,,,", "2000,,,,2.0,,,1.0,4.0,0.75"]
+
+
 def test_compare_gives_a_recordings_distance_to_demonstrations(tmp_path: Path, capsys) -> None:
     """`opolo-ros compare REC DEMOS`: a robot's recorded states against the demonstrations', read
     alike (the README pointed at `info` for this, which only counts: a walkthrough)."""
