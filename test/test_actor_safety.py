@@ -1271,3 +1271,22 @@ def test_a_model_that_fails_on_an_observation_gets_the_safe_command(tmp_path, ro
         assert rig.spin_until(lambda: len(rig.commands) == 3)
         assert rig.actor.failed_runs == 1 and rig.actor.statistics()["counters"]["failed_runs"] == 1
     assert [v for _, v in rig.commands] == pytest.approx([np.tanh(0.5), 0.25, np.tanh(-0.5)], abs=1e-6)
+
+
+def test_observations_that_stop_within_the_discovery_grace_are_warned_of(tmp_path, ros_domain_id, ros_node,
+                                                                          capfd):
+    """Only the wait for the *first* observation is how every deploy starts (info level within
+    discovery_grace_s): observations that came and stopped within the grace are a lost stream,
+    warned of at once (a mutation test: without the first-observation condition they were said at
+    info level until the grace was over)."""
+    model = onnx_policy(tmp_path / "p.onnx", [0.0] * 4)
+    graph, rig = start(tmp_path, ros_domain_id, ros_node, model, observation_timeout_s=0.5,
+                       watchdog_rate_hz=20.0, discovery_grace_s=60.0)
+    with graph:
+        rig.send(m.observation_to_msg(np.zeros(4, dtype=np.float32)))
+        assert not rig.actor.stale
+        assert rig.spin_until(lambda: rig.actor.stale, 10.0)
+        rig.spin_for(0.2)
+        err = capfd.readouterr().err
+    assert re.search(r"\[WARN\] \[[\d.]+\] \[actor\]: no valid observation for 0.5 s", err), err
+    assert not re.search(r"\[INFO\] \[[\d.]+\] \[actor\]: no valid observation", err), err
