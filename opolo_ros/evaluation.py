@@ -29,16 +29,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise ValueError(f"--episodes must be at least 1, got {args.episodes}")
     policy = load_policy(args.model)
-    env_id = args.env_id or policy.metadata.env_id
+    meta = policy.metadata
+    env_id = args.env_id or meta.env_id
     if is_mjcf(env_id) and not args.demos:
         raise ValueError(f"{env_id} is an MJCF model, which has no reward: give --demos (the demonstrations "
                          "to measure the policy's motion against: the imitation distance)")
-    time_feature = policy.metadata.time_feature
+    time_feature = meta.time_feature
     if args.max_episode_steps and not is_mjcf(env_id):
         raise ValueError(f"--max-episode-steps sets an MJCF model's time limit; {env_id} keeps its own")
-    check_policy_fits(args.model, policy.metadata.obs_dim, policy.metadata.act_dim, env_id,
-                      time_feature)
-    meta = policy.metadata
+    check_policy_fits(args.model, meta.obs_dim, meta.act_dim, env_id, time_feature)
     steps = args.max_episode_steps or ((meta.max_episode_steps or meta.time_feature_steps or 0)
                                        if is_mjcf(env_id) else 0)  # an MJCF model's: as trained
     make = lambda: make_task_env(env_id, time_feature=time_feature, max_episode_steps=steps)  # noqa: E731
@@ -60,13 +59,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from opolo_ros.export.onnx_policy import stamp_metadata
 
         also = ""
-        if policy.metadata.control_period_s is None and env_id == policy.metadata.env_id:
+        if meta.control_period_s is None and env_id == meta.env_id:
             # a model exported before exports recorded it: its own task's period, for the actor
             from opolo_ros.sim.tasks import task_control_period
 
             values["control_period_s"] = task_control_period(env_id)  # (it was made: evaluated on)
             also = f" and its task's control period ({values['control_period_s']:g} s)"
-        if time_feature and policy.metadata.time_feature_steps is None and env_id == policy.metadata.env_id:
+        if time_feature and meta.time_feature_steps is None and env_id == meta.env_id:
             from opolo_ros.sim.tasks import time_limit
 
             values["time_feature_steps"] = time_limit(env_id, steps)  # the T it was evaluated (trained) with
@@ -159,6 +158,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          f"{demos[0].obs.shape[1]}: read both with the same --joints/--fields (or --topic)")
     dim = dims.pop()
     distance = imitation_distance(demo_states_of(recording, dim), demo_states_of(demos, dim))
+
     def said(path: str, episodes: list) -> str:
         return f"{path} ({counted(len(episodes), 'episode')}, {sum(len(ep.obs) for ep in episodes)} states)"
 
