@@ -47,14 +47,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     returns = evaluate(policy, env_id, args.episodes, seed=args.seed, time_feature=time_feature,
                        stop=signals.interrupt_event(),  # an interrupt a native import swallowed
                        make=make, visited=visited)
+    longest = max(len(v) for v in visited) - 1  # steps of the longest episode
     values: dict[str, object] = {"eval_episodes": len(returns), "eval_seed": args.seed}
     if not is_mjcf(env_id):
         print(f"{env_id}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
         values.update(eval_return_mean=round(float(returns.mean()), 2),
                       eval_return_std=round(float(returns.std()), 2))
     if demos is not None:
-        values.update(_imitation_report(env_id, demos, visited, make, args))
-    values.update({"eval_max_episode_steps": max(len(v) for v in visited) - 1} if is_mjcf(env_id) else {})
+        values.update(_imitation_report(env_id, demos, visited, longest, make, args))
+    values.update({"eval_max_episode_steps": longest} if is_mjcf(env_id) else {})
     if args.stamp:
         from opolo_ros.export.onnx_policy import stamp_metadata
 
@@ -119,8 +120,8 @@ def _check_control_period(model: str, period: float | None, env_id: str) -> None
               f"{task:g} s", file=sys.stderr)
 
 
-def _imitation_report(env_id: str, demos: tuple[np.ndarray, int], visited: list[np.ndarray], make,
-                      args: argparse.Namespace) -> dict[str, float]:
+def _imitation_report(env_id: str, demos: tuple[np.ndarray, int], visited: list[np.ndarray], steps: int,
+                      make, args: argparse.Namespace) -> dict[str, float]:
     """Print the policy's imitation distance to `demos` (and random actions', with the same episode
     seeds); the values --stamp writes."""
     import numpy as np
@@ -133,7 +134,6 @@ def _imitation_report(env_id: str, demos: tuple[np.ndarray, int], visited: list[
     random_distance = imitation_distance(
         random_visited_states(make, args.episodes, args.seed, dim, signals.interrupt_event()), demos)
     score = imitation_score(distance, random_distance)
-    steps = max(len(v) for v in visited) - 1
     print(f"{env_id}: imitation distance {distance:.3f} to {counted(count, 'episode')} of "
           f"{args.demos} (random actions "
           f"{random_distance:.3f}; 0 = the demonstrations' states), score {score:.3f}, over "

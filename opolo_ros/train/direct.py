@@ -499,10 +499,8 @@ class DirectTrainer:
         untrained = untrained_warning(self.cfg, self.schedule)
         if untrained:
             self._warn(untrained)
-        rate = rate_note(self.demos, self.control_period)
-        if rate:
-            self._warn(rate)
-        notes = (short_episodes_note(self.demos, self.max_steps if self.cfg.time_feature else None),
+        notes = (rate_note(self.demos, self.control_period),
+                 short_episodes_note(self.demos, self.max_steps if self.cfg.time_feature else None),
                  cut_last_note(self.demos))
         for note in filter(None, notes):
             self._warn(note)
