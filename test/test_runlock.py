@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from test_direct import small_cfg
 
 from opolo_ros.train.direct import DirectTrainer
@@ -131,3 +132,28 @@ def test_a_run_config_is_kept_aside_only_when_a_resume_changed_it(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"]
     kept = runfolder.write_run_config(tmp_path, {"lr": 3}, step=100)
     assert kept == tmp_path / "config-until-step100.yaml" and kept.read_text() == "lr: 2\n"
+
+
+def test_an_option_added_to_the_code_at_its_default_is_no_config_change(tmp_path: Path) -> None:
+    """A run resumed after the code gained a config key (session 26's eval_max_episode_steps) said
+    "resuming under config values changed: eval_max_episode_steps: (unset) -> 0" and kept its old
+    config.yaml aside, though it goes on as it ran. The same key at another value is a change."""
+    from opolo_ros.algo.config import RunConfig, to_dict
+    from opolo_ros.train import runfolder
+    from opolo_ros.train.checkpoint import config_changes
+
+    current = to_dict(RunConfig())
+    saved = {k: v for k, v in current.items() if k != "eval_max_episode_steps"}
+    saved["opolo"] = {k: v for k, v in current["opolo"].items() if k != "lam"}
+    assert config_changes(saved, current) == []
+    assert config_changes(saved, {**current, "eval_max_episode_steps": 3000}) == [
+        "eval_max_episode_steps: (unset) -> 3000"]
+    assert config_changes(current, saved) == ["eval_max_episode_steps: 0 -> (unset)",
+                                              f"opolo.lam: {current['opolo']['lam']} -> (unset)"]
+    runfolder.write_run_config(tmp_path, saved, step=0)
+    assert runfolder.write_run_config(tmp_path, current, step=100) is None
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == current
+    kept = runfolder.write_run_config(tmp_path, {**current, "eval_max_episode_steps": 3000}, step=200)
+    assert kept == tmp_path / "config-until-step200.yaml"
+    (tmp_path / "config.yaml").write_text("{torn: [")
+    assert runfolder.write_run_config(tmp_path, current, step=300) == tmp_path / "config-until-step300.yaml"

@@ -216,9 +216,14 @@ SHAPE_KEYS = ("time_feature", "net.", "normalize_", "schedule.buffer_size", "fus
 
 def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``key: saved -> current`` for every config value that differs (dotted names), those that
-    set shapes first (SHAPE_KEYS), then the rest alphabetically."""
+    set shapes first (SHAPE_KEYS), then the rest alphabetically. A key the saved config lacks (an
+    option added to the code since) at its default is no change: the run goes on as it ran."""
+    from opolo_ros.algo.config import RunConfig, to_dict
+
     old, new = flatten(saved), flatten(current)
-    changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]
+    defaults = flatten(to_dict(RunConfig()))
+    changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)
+               and not (k not in old and k in defaults and new.get(k) == defaults[k])]
     changed.sort(key=lambda k: (not any(part in k for part in SHAPE_KEYS), k))
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in changed]
 

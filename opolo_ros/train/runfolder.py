@@ -47,14 +47,27 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _changed(path: Path, config: dict[str, Any]) -> bool:
+    """Whether the config file at `path` holds other values than `config` (a file that does not
+    read as a config counts as changed: it is kept)."""
+    from opolo_ros.train.checkpoint import config_changes
+
+    try:
+        old = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return True
+    return not isinstance(old, dict) or bool(config_changes(old, config))
+
+
 def write_run_config(run_dir: Path, config: dict[str, Any], step: int) -> Path | None:
     """Write the run's ``config.yaml``. When it held other values and the run is past step 0 (it
-    resumes under changed values), that file is kept as ``config-until-step<step>.yaml`` first;
-    returns the kept file's path, None when nothing was kept."""
+    resumes under changed values), that file is kept as ``config-until-step<step>.yaml`` first
+    (not for options added to the code since, at their defaults: ``config_changes``); returns the
+    kept file's path, None when nothing was kept."""
     path = run_dir / "config.yaml"
     text = yaml.safe_dump(config, sort_keys=False)
     kept = None
-    if step > 0 and path.is_file() and path.read_text() != text:
+    if step > 0 and path.is_file() and path.read_text() != text and _changed(path, config):
         kept, k = run_dir / f"config-until-step{step}.yaml", 1
         while kept.exists():  # resumed at the same step twice, each time with other values
             kept, k = run_dir / f"config-until-step{step}-{k}.yaml", k + 1
