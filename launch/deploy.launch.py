@@ -35,7 +35,7 @@ and counted; a watchdog publishes ``safe_command`` when observations stop for
 ``observation_timeout_s``.
 
 Arguments left empty (the safety and real-time ones, ``rate_hz``, ``command_qos``,
-``watch_model``, ``rate_check``, ``task`` and ``time_feature_clock``) take the value of
+``watch_model``, ``rate_check``, ``task``, ``time_feature_clock`` and ``discovery_grace_s``) take the value of
 ``params_file`` (its ``actor`` section), else the default each description names; given, they
 override the file.
 List values are comma-separated (``safe_command:=0.0,0.0``).
@@ -97,6 +97,10 @@ ARGUMENTS = [
                                      "params file, else 0 (unlimited)"),
     LaunchArg("observation_timeout_s", "", "observations older than this are stale and the watchdog "
                                            "takes over; empty = the params file, else 0.5"),
+    LaunchArg("discovery_grace_s", "", "for this long after start-up, no publisher of the "
+                                       "observation topic is DDS discovery still going on (logged at "
+                                       "info), not a warning; a robot whose driver comes up slowly "
+                                       "needs more; empty = the params file, else 5"),
     LaunchArg("safe_command", "", "comma-separated command published while observations are stale; "
                                   "empty = the params file, else zeros"),
     LaunchArg("watchdog_rate_hz", "", "with rate_hz 0: how often the safe command is repeated; "
@@ -113,7 +117,8 @@ ARGUMENTS = [
 ]
 
 FLOAT_LISTS = ("action_low", "action_high", "safe_command", "joint_offset", "joint_scale")
-FLOATS = ("rate_hz", "max_action_rate", "observation_timeout_s", "watchdog_rate_hz")
+FLOATS = ("rate_hz", "max_action_rate", "observation_timeout_s", "watchdog_rate_hz",
+          "discovery_grace_s")
 # Where neither the argument nor the params file sets them: this launch file's defaults (the
 # node's are for training: rate_hz 0, best-effort commands). rate_hz 50 is for a model that does
 # not say its training rate (_trained_rate).

@@ -60,7 +60,7 @@ def test_deploy_launch_passes_the_safety_arguments():
                         max_action_rate="4", observation_timeout_s="0.2", watchdog_rate_hz="20",
                         cpu_affinity="0,1", executor="single", sched_priority="5", task="*",
                         use_sim_time="true", observation_type="float64", rate_check="false",
-                        params_file=PARAMS)
+                        discovery_grace_s="30", params_file=PARAMS)
     p = spec.parameters
     assert p["task"] == "*" and p["use_sim_time"] is True and p["observation_type"] == "float64"
     assert p["rate_check"] is False and "rate_check" not in deploy_actor(model=str(EXPERT)).parameters
@@ -71,7 +71,8 @@ def test_deploy_launch_passes_the_safety_arguments():
     assert p["safe_command"] == [0.5] and p["action_low"] == [-1.0] and p["action_high"] == [1.0]
     assert p["max_action_rate"] == 4.0 and p["observation_timeout_s"] == 0.2
     assert p["watchdog_rate_hz"] == 20.0 and p["cpu_affinity"] == [0, 1] and p["executor"] == "single"
-    assert p["sched_priority"] == 5
+    assert p["sched_priority"] == 5 and p["discovery_grace_s"] == 30.0
+    assert "discovery_grace_s" not in deploy_actor(model=str(EXPERT)).parameters  # the node's 5 s
     assert p["joints"] == ["slider", "hinge"]  # from the parameter file
     defaults = deploy_actor(model=str(EXPERT), params_file=PARAMS)
     assert defaults.parameters["observation_timeout_s"] == 0.1  # empty argument: the file's value
