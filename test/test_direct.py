@@ -67,9 +67,16 @@ def params(trainer):
     return [p.detach().clone() for m in trainer.learner.modules().values() for p in m.state_dict().values()]
 
 
-@pytest.mark.parametrize("algo", ["opolo", "td3"])
-def test_resume_gives_the_same_next_updates(tmp_path, demos, algo):
+@pytest.mark.parametrize("algo,task", [("opolo", "gymnasium"), ("td3", "gymnasium"), ("opolo", "mjcf")])
+def test_resume_gives_the_same_next_updates(tmp_path, demos, algo, task):
+    """Also for an MJCF robot, whose env had no set_state: the checkpoint holds its physics state."""
     cfg = small_cfg(tmp_path, demos, algo)
+    if task == "mjcf":
+        from test_bags import pendulum_robot_demos
+        from test_imitation import pendulum_model
+
+        cfg = small_cfg(tmp_path, pendulum_robot_demos(tmp_path / "robot.npz"), algo,
+                        env_id=pendulum_model(tmp_path), max_episode_steps=100)
     a = DirectTrainer(cfg)
     for _ in range(137):  # mid-episode, mid-schedule
         a.env_step()
@@ -81,7 +88,7 @@ def test_resume_gives_the_same_next_updates(tmp_path, demos, algo):
     assert b.step == 137
     for _ in range(63):
         b.env_step()
-    assert a.step == b.step == 200
+    assert a.step == b.step == 200 and a.episodes_done == b.episodes_done
     assert a.learner.critic_steps == b.learner.critic_steps > 0
     for x, y in zip(params(a), params(b)):
         assert torch.equal(x, y)
@@ -336,10 +343,10 @@ def test_a_run_ends_early_once_an_evaluation_reaches_stop_at_return(tmp_path, de
     stream.start(None, resume=False, journal=False, journal_fsync=False)
     rows = np.zeros((250, 4 + 1 + 4 + 3), np.float32)
     stream.ingest(ReplayBatch.from_rows(rows, stream.obs_dim, seq=0, source=1))
-    assert stream.done and stream.step == 100 and stream.best_return >= -1e9
+    assert stream.done and stream.step == 100 and stream.evaluator.best_return >= -1e9
     assert stream.finish().env_steps == 100 and (tmp_path / "stream" / "policy_best.onnx").is_file()
     stream_best = load_policy(tmp_path / "stream" / "policy_best.onnx").metadata.extra
-    assert float(stream_best["eval_return_mean"]) == pytest.approx(stream.best_return, abs=1e-4)
+    assert float(stream_best["eval_return_mean"]) == pytest.approx(stream.evaluator.best_return, abs=1e-4)
     stream.close()
     again = StreamTrainer(stream_cfg, policy_every=cfg.total_steps, hooks=hooks)
     again.start(None, resume=True, journal=False, journal_fsync=False)
@@ -718,7 +725,7 @@ def test_a_diverged_run_writes_nothing_over_its_last_checkpoint_and_policies(tmp
 
 def test_a_nan_evaluation_is_no_best_and_a_nan_policy_scores_nan() -> None:
     from opolo_ros.sim.envs import evaluate
-    from opolo_ros.train.direct import note_evaluation
+    from opolo_ros.train.run_eval import note_evaluation
 
     cfg = load_run_config(None, {})
     exported: list[int] = []
@@ -736,7 +743,8 @@ def test_stop_at_return_is_reached_by_an_equal_return_and_policy_best_is_kept_fo
     mutation test; both trainers decide with these)."""
     import dataclasses
 
-    from opolo_ros.train.direct import note_evaluation, run_finished
+    from opolo_ros.train.direct import run_finished
+    from opolo_ros.train.run_eval import note_evaluation
 
     cfg = load_run_config(None, {"stop_at_return": 1000.0, "total_steps": 5000})
     said, exported = [], []
@@ -757,7 +765,7 @@ def test_mean_return_of_demonstrations_without_returns_is_nan_without_a_warning(
     import warnings
 
     from opolo_ros.data.demos import Episode
-    from opolo_ros.train.direct import mean_return
+    from opolo_ros.train.run_eval import mean_return
 
     unknown = [Episode(np.zeros((3, 2)), math.nan), Episode(np.zeros((4, 2)), math.nan)]
     with warnings.catch_warnings():
@@ -1259,10 +1267,12 @@ def test_evaluations_start_from_the_resets_of_seed_10000_plus_the_run_seed(tmp_p
     evaluations are repeatable with `opolo-ros evaluate --seed` (a mutation test)."""
     from opolo_ros.sim.envs import make_env
 
-    trainer = DirectTrainer(small_cfg(tmp_path, demos, "td3"))  # seed 7
+    trainer = DirectTrainer(small_cfg(tmp_path, demos, "td3"))  # seed 7, 1 evaluation episode
     policy, seen = trainer.policy, []
     trainer.policy = lambda obs: seen.append(np.array(obs)) or policy(obs)
-    trainer.evaluate(1)
+    from opolo_ros.train.logger import RunLogger
+
+    trainer._log_eval(RunLogger(tmp_path / "eval"), None)
     env = make_env("InvertedPendulum-v5")
     first, _ = env.reset(seed=10_007)
     env.close()
@@ -1309,8 +1319,7 @@ def test_the_random_baseline_waits_for_the_first_evaluation_and_a_stop_ends_it(t
     started, where no stop was checked: a Ctrl-C right after starting Swimmer took 10-15 s (a
     review). Neither trainer starts with it now, and a stop ends it as it ends an evaluation."""
     from opolo_ros.sim import envs
-    from opolo_ros.train import direct as direct_module
-    from opolo_ros.train import stream as stream_module
+    from opolo_ros.train import run_eval
 
     stop = threading.Event()
     stop.set()
@@ -1320,18 +1329,17 @@ def test_the_random_baseline_waits_for_the_first_evaluation_and_a_stop_ends_it(t
     def not_at_start(*args, **kwargs):
         raise AssertionError("R_random computed at start-up")
 
-    for module in (direct_module, stream_module):
-        monkeypatch.setattr(module, "random_policy_return", not_at_start)
+    monkeypatch.setattr(run_eval, "random_policy_return", not_at_start)  # both trainers'
     cfg = small_cfg(tmp_path, demos, run_dir=str(tmp_path / "stream"))
     hooks = StreamHooks(lambda path, version: None, lambda: None, logging.getLogger("stream"))
     stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
     stream.start(DirectTrainer(cfg).demos, resume=False, journal=True, journal_fsync=False)
-    assert math.isnan(stream.random_return)
+    assert math.isnan(stream.evaluator.random_return)
     stream.close()
     monkeypatch.undo()
     trainer = DirectTrainer(small_cfg(tmp_path, demos, total_steps=100))
     real, at_step = envs.random_policy_return, []
-    monkeypatch.setattr(direct_module, "random_policy_return",
+    monkeypatch.setattr(run_eval, "random_policy_return",
                         lambda *a, **kw: at_step.append(trainer.step) or real(*a, **kw))
     trained = trainer.train()
     assert at_step == [100]  # at the final evaluation (eval_every 0), once, not as the loop started

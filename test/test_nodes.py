@@ -951,7 +951,7 @@ def test_learner_with_num_demos_0_trains_on_every_episode_the_player_sends(tmp_p
     with GraphRunner(specs, ros_domain_id) as graph:
         learner = graph.nodes["learner"]
         assert graph.spin_until(learner.run_folder_taken.is_set, timeout_s=30.0), "no demonstrations taken"
-        assert learner.trainer.expert_return == pytest.approx(2.5)  # the mean of returns 0..5
+        assert learner.trainer.evaluator.expert_return == pytest.approx(2.5)  # the mean of returns 0..5
 
 
 @pytest.mark.parametrize("num_demos,sent,settle,starts", [(2, 2, 1e6, True), (0, 1, 5.0, False)],

@@ -166,7 +166,7 @@ def test_an_npz_without_returns_gives_unknown_returns_not_zero(tmp_path):
     which the score and `opolo-ros info` call unknown; 0 would be taken for a known one (a mutation
     test)."""
     from opolo_ros.data.demos import load_npz
-    from opolo_ros.train.direct import mean_return
+    from opolo_ros.train.run_eval import mean_return
 
     path = tmp_path / "states.npz"
     np.savez(path, obs_0=np.zeros((3, 2), np.float32), obs_1=np.ones((4, 2), np.float32))

@@ -16,7 +16,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,23 +46,15 @@ from opolo_ros.export.onnx_policy import (
 )
 from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
-from opolo_ros.sim.envs import (
-    EvaluationInterrupted,
-    add_time_feature,
-    eval_line,
-    evaluate,
-    get_env_state,
-    make_env,
-    normalised_score,
-    random_policy_return,
-    set_env_state,
-)
+from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature, get_env_state, set_env_state
 from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import (
     check_joint_order,
     control_period,
     demo_joints,
     env_joint_names,
+    make_task_env,
+    max_steps_of,
     mjcf_joint_names,
     task_control_period,
     time_limit,
@@ -84,6 +76,7 @@ from opolo_ros.train.checkpoint import (
     trainer_of,
 )
 from opolo_ros.train.logger import RunLogger, purge_step
+from opolo_ros.train.run_eval import RunEvaluator, stop_at_return_note
 from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
@@ -220,19 +213,6 @@ def run_finished(step: int, best_return: float, cfg: RunConfig) -> bool:
     return step >= cfg.total_steps or best_return >= cfg.stop_at_return
 
 
-def note_evaluation(mean: float, best_return: float, cfg: RunConfig, step: int,
-                    export_best: Callable[[], object], say: Callable[[str], object]) -> float:
-    """The best evaluation return after `mean` (both trainers): when it improves, the policy goes to
-    policy_best.onnx (`keep_best`: RL curves dip) and reaching `stop_at_return` is said."""
-    if not math.isfinite(mean) or mean <= best_return:  # a NaN evaluation is no best
-        return best_return
-    if cfg.keep_best:
-        export_best()
-    if mean >= cfg.stop_at_return:
-        say(f"step {step}: evaluation reached stop_at_return={cfg.stop_at_return:g}; the run ends here")
-    return mean
-
-
 class PolicyFn:
     """Deterministic env-unit policy for evaluation, from the learner's actor."""
 
@@ -258,13 +238,6 @@ class _LearnerOnly:
 
     def load_state_dict(self, state: dict) -> None:
         self.learner.load_state_dict(state["learner"])
-
-
-def mean_return(episodes: list[Episode] | None) -> float:
-    """The demonstrations' mean return; NaN without episodes or without known returns (a robot's
-    recorded joint states), without numpy's warning for an all-NaN mean."""
-    returns = [ep.ret for ep in episodes or [] if not math.isnan(ep.ret)]
-    return float(np.mean(returns)) if returns else math.nan
 
 
 def run_facts(cfg: RunConfig, saved: dict[str, object]) -> RunConfig:
@@ -353,13 +326,6 @@ def export_actor(actor: torch.nn.Module, scaler: ActionScaler, cfg: RunConfig, s
                                  action_high=scaler.high, metadata={**metadata, **(evaluation or {})})
 
 
-def evaluation_metadata(cfg: RunConfig, **values: float) -> dict[str, object]:
-    """An evaluation as policy_best.onnx records it, in ``evaluate --stamp``'s keys: `values`
-    (``return_mean``, ``imitation_distance``, ...) as ``eval_<name>``, with the episodes and seed."""
-    return {**{f"eval_{key}": round(value, 4) for key, value in values.items()},
-            "eval_episodes": cfg.eval_episodes, "eval_seed": 10_000 + cfg.seed}
-
-
 class DirectTrainer:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -367,10 +333,11 @@ class DirectTrainer:
             torch.set_num_threads(cfg.torch_threads)
         seed_everything(cfg.seed)
         self.run_dir = Path(cfg.run_dir)
-        self.env = make_env(cfg.env_id, seed=cfg.seed, time_feature=cfg.time_feature)
-        obs_dim = self.env.observation_space.shape[0]
-        act_dim = self.env.action_space.shape[0]
-        self.max_steps = self.env.spec.max_episode_steps or 1000
+        self.env = make_task_env(cfg.env_id, seed=cfg.seed, time_feature=cfg.time_feature,
+                                 max_episode_steps=cfg.max_episode_steps)
+        obs_dim = int(self.env.observation_space.shape[0])
+        act_dim = int(self.env.action_space.shape[0])
+        self.max_steps = max_steps_of(self.env)
         self.scaler = ActionScaler.from_space(self.env.action_space)
         self.control_period = control_period(self.env)  # the exported policies' control_period_s
         joints = env_joint_names(self.env)
@@ -387,12 +354,11 @@ class DirectTrainer:
         self.step = 0
         self.episode_return, self.episode_len, self.episodes_done = 0.0, 0, 0
         self.obs, _ = self.env.reset(seed=cfg.seed)
-        self.expert_return = mean_return(self.demos)
-        self.random_return = math.nan
+        self.evaluator = RunEvaluator(cfg, cfg.eval_max_episode_steps or self.max_steps)
+        self.evaluator.use_demonstrations(self.demos, obs_dim)
         self.wall_offset = 0.0
         self._t0 = time.perf_counter()
         self._last_eval, self._last_eval_step = (math.nan, math.nan), -1
-        self.best_return = -math.inf
         self.stop = threading.Event()  # set by SIGINT/SIGTERM during `train`
         self.pending: Plan | None = None  # updates of this step's plan not run yet (a stop came)
         self.eval_due = False  # this step's evaluation was cut short by a stop: done on resume
@@ -409,9 +375,8 @@ class DirectTrainer:
             "rng": self.rng.bit_generator.state, **torch_rng_state(),
             "env": get_env_state(self.env), "obs": self.obs,
             "episode": (self.episode_return, self.episode_len, self.episodes_done),
-            "random_return": self.random_return, "expert_return": self.expert_return,
+            **self.evaluator.state(), "expert_return": self.evaluator.expert_return,
             "wall": self.wall_offset + self._elapsed(),
-            "best_return": self.best_return,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
             "eval_due": self.eval_due,
             "policy_io": policy_io(self.learner.obs_dim, self.learner.act_dim, self.scaler.low,
@@ -429,7 +394,7 @@ class DirectTrainer:
         restore_runner(self.runner, state, to_dict(self.cfg), path, start_over)
         if changes:
             tqdm.write(changes_note(changes))
-        rescaled = expert_return_note(state, self.expert_return)
+        rescaled = expert_return_note(state, self.evaluator.expert_return)
         if rescaled:
             self._warn(rescaled)
         self.step = state["step"]
@@ -438,16 +403,15 @@ class DirectTrainer:
         set_env_state(self.env, state["env"])
         self.obs = state["obs"]
         self.episode_return, self.episode_len, self.episodes_done = state["episode"]
-        self.random_return = state["random_return"]
+        self.evaluator.restore(state)
         self.wall_offset = state["wall"]
-        self.best_return = state.get("best_return", -math.inf)
         self.pending = Plan(**state["pending"]) if state.get("pending") else None
         self.eval_due = bool(state.get("eval_due", False))
 
     # ------------------------------------------------------------------ loop
     @property
     def finished(self) -> bool:
-        return run_finished(self.step, self.best_return, self.cfg)
+        return run_finished(self.step, self.evaluator.best_return, self.cfg)
 
     def _elapsed(self) -> float:
         return time.perf_counter() - self._t0
@@ -481,11 +445,6 @@ class DirectTrainer:
             self.obs, _ = self.env.reset()
         return metrics
 
-    def evaluate(self, episodes: int, stop: threading.Event | None = None) -> tuple[float, float]:
-        returns = evaluate(self.policy, self.cfg.env_id, episodes, seed=10_000 + self.cfg.seed,
-                           time_feature=self.cfg.time_feature, stop=stop)
-        return float(returns.mean()), float(returns.std())
-
     def export(self, path: Path, evaluation: Mapping[str, object] | None = None) -> Path:
         check_finite(self.learner, self.step, path.name)
         return export_actor(self.learner.actor, self.scaler, self.cfg, self.step, path,
@@ -501,7 +460,7 @@ class DirectTrainer:
             self._warn(untrained)
         notes = (rate_note(self.demos, self.control_period),
                  short_episodes_note(self.demos, self.max_steps if self.cfg.time_feature else None),
-                 cut_last_note(self.demos))
+                 cut_last_note(self.demos), stop_at_return_note(self.cfg))
         for note in filter(None, notes):
             self._warn(note)
         lock = RunFolderLock(self.run_dir).acquire()
@@ -563,10 +522,13 @@ class DirectTrainer:
                         sps = (self.step - last_log) / max(now - last_log_t, 1e-9)
                         logger.scalars(self.step, {**metrics, "perf/steps_per_sec": sps})
                         last_log, last_log_t = self.step, now
-                        bar.set_postfix(ret=f"{last_ret:.0f}", sps=f"{sps:.0f}")
+                        no_reward = is_mjcf(cfg.env_id)  # its returns are 0: not worth showing
+                        bar.set_postfix({**({} if no_reward else {"ret": f"{last_ret:.0f}"}),
+                                         "sps": f"{sps:.0f}"})
                         if lines:
+                            said = "" if no_reward else f", training return {last_ret:.1f}"
                             print(f"{cfg.algo} {cfg.env_id}: {self.step}/{cfg.total_steps} steps, "
-                                  f"{sps:.0f} steps/s, training return {last_ret:.1f}", file=sys.stderr)
+                                  f"{sps:.0f} steps/s{said}", file=sys.stderr)
                     self._periodic(logger, bar)
                 if self.finished and self.pending is None and self._last_eval_step != self.step:
                     try:  # the final evaluation, which a signal ends as it ends the periodic ones
@@ -591,10 +553,11 @@ class DirectTrainer:
             from opolo_ros.plot import draw_run_curve
 
             draw_run_curve(self.run_dir, f"{cfg.algo.upper()}: {cfg.env_id}, seed {cfg.seed}",
-                           self.expert_return, lambda text: tqdm.write(f"warning: {text}", file=sys.stderr))
-        return TrainResult(self.run_dir, self.step, mean, std,
-                           normalised_score(mean, self.random_return, self.expert_return),
-                           self.expert_return, self.random_return, policy_path)
+                           self.evaluator.expert_return,
+                           lambda text: tqdm.write(f"warning: {text}", file=sys.stderr))
+        ev = self.evaluator
+        return TrainResult(self.run_dir, self.step, mean, std, ev.normalised(mean), ev.expert_return,
+                           ev.random_return, policy_path, ev.last_imitation)
 
     def _recall_last_evaluation(self) -> None:
         """A resumed run that ends where its checkpoint is (a finished run run again) reports the
@@ -622,20 +585,10 @@ class DirectTrainer:
 
     def _log_eval(self, logger: RunLogger, bar: tqdm | None,
                   stop: threading.Event | None = None) -> tuple[float, float]:
-        if math.isnan(self.random_return):  # the score's baseline, at the first evaluation (stoppable)
-            self.random_return = random_policy_return(self.cfg.env_id, self.cfg.eval_episodes, stop=stop)
-        mean, std = self.evaluate(self.cfg.eval_episodes, stop)
-        norm = normalised_score(mean, self.random_return, self.expert_return)
-        logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
-        logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,
-                           "normalised": norm, "wall_s": self.wall_offset + self._elapsed(),
-                           "r_expert": self.expert_return, "r_random": self.random_return})
-        if bar is not None:
-            bar.write(eval_line(self.step, mean, std, norm))
-        best = evaluation_metadata(self.cfg, return_mean=mean, return_std=std)
-        self.best_return = note_evaluation(mean, self.best_return, self.cfg, self.step,
-                                           lambda: self.export(self.run_dir / "policy_best.onnx", best),
-                                           tqdm.write)
+        mean, std = self.evaluator(self.step, self.policy, logger, self.wall_offset + self._elapsed(),
+                                   export_best=lambda meta: self.export(self.run_dir / "policy_best.onnx",
+                                                                        meta),
+                                   say=bar.write if bar is not None else tqdm.write, stop=stop)
         self._last_eval, self._last_eval_step = (mean, std), self.step
         return mean, std
 

@@ -38,14 +38,7 @@ from opolo_ros.data.journal import DAMAGE, JournalRecord, ReplayJournal, read_re
 from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
-from opolo_ros.sim.envs import (
-    EvaluationInterrupted,
-    eval_line,
-    evaluate,
-    normalised_score,
-    random_policy_return,
-)
-from opolo_ros.sim.imitation import ImitationEvaluator, demo_states_of, imitation_score
+from opolo_ros.sim.envs import EvaluationInterrupted
 from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import control_period, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
@@ -66,14 +59,13 @@ from opolo_ros.train.checkpoint import (
 from opolo_ros.train.direct import (
     PolicyFn,
     TrainResult,
-    evaluation_metadata,
-    note_evaluation,
     policy_metadata,
     recorded_joints,
     run_finished,
     seed_everything,
 )
 from opolo_ros.train.logger import RunLogger, purge_step
+from opolo_ros.train.run_eval import RunEvaluator, evaluated_text, stop_at_return_note
 from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
 from opolo_ros.train.runner import UpdateRunner, make_learner, make_schedule, untrained_warning
@@ -146,13 +138,9 @@ class StreamTrainer:
         self._base_replay: dict | None = None  # replay_base.pt's: a refill into another capacity
         self._metrics: dict[str, Any] = {}
         self.episode_stats: dict[int, tuple[float, int]] = {}
-        self.expert_return = math.nan
-        self.random_return = math.nan
+        self.evaluator = RunEvaluator(cfg, cfg.eval_max_episode_steps or self.max_steps)
         self.result: TrainResult | None = None
         self.last_eval: tuple[int, float, float] = (-1, math.nan, math.nan)
-        self.best_return = -math.inf
-        self.imitation: ImitationEvaluator | None = None  # an MJCF task's evaluation (no reward)
-        self.last_imitation: tuple[float, float] | None = None  # (distance, the random policy's)
         self.void_steps = 0  # transitions of diverged simulation steps: counted, never stored
         self.first_batches: dict[int, int] = {}  # source -> fingerprint of the batch 0 consumed last
         # source -> {seq: fingerprint} of the batches consumed lately (RECENT_FINGERPRINTS at most)
@@ -173,15 +161,7 @@ class StreamTrainer:
         experts = None
         if episodes is not None:
             experts = ExpertDataset(episodes, self.obs_dim, seed=cfg.seed + 1)
-            known = [ep.ret for ep in episodes if not math.isnan(ep.ret)]
-            self.expert_return = float(np.mean(known)) if known else math.nan
-            if is_mjcf(cfg.env_id):
-                raw_dim = self.obs_dim - int(cfg.time_feature)
-                eval_steps = cfg.eval_max_episode_steps or cfg.max_episode_steps
-                self.imitation = ImitationEvaluator(
-                    lambda: make_task_env(cfg.env_id, time_feature=cfg.time_feature,
-                                          max_episode_steps=eval_steps),
-                    demo_states_of(episodes, raw_dim), cfg.eval_episodes, seed=10_000 + cfg.seed)
+            self.evaluator.use_demonstrations(episodes, self.obs_dim)
         self.runner = UpdateRunner(self.learner, self.schedule, self.replay, experts)
         self._lock.acquire()  # before anything in the run folder is read or written
         if not resume:
@@ -209,9 +189,8 @@ class StreamTrainer:
         short = short_episodes_note(episodes or [], self.max_steps if cfg.time_feature else None)
         if short:
             self.hooks.log.warning(short)
-        if math.isfinite(cfg.stop_at_return) and is_mjcf(cfg.env_id):
-            self.hooks.log.warning(f"stop_at_return={cfg.stop_at_return:g} has no effect: an MJCF task "
-                                   "has no return to evaluate")
+        if stop_at_return_note(cfg):
+            self.hooks.log.warning(stop_at_return_note(cfg))
         self.logger = RunLogger(self.run_dir, purge_from=purge_step(self.step))
         self._t0 = time.perf_counter()
 
@@ -270,7 +249,7 @@ class StreamTrainer:
 
     @property
     def done(self) -> bool:
-        return run_finished(self.step, self.best_return, self.cfg)
+        return run_finished(self.step, self.evaluator.best_return, self.cfg)
 
     @property
     def policy_path(self) -> Path:
@@ -553,37 +532,20 @@ class StreamTrainer:
         return self._wall_offset + time.perf_counter() - self._t0
 
     def _evaluate(self) -> tuple[float, float]:
-        cfg = self.cfg
-        if is_mjcf(cfg.env_id):
-            self._evaluate_imitation()
-            return math.nan, math.nan
-        if math.isnan(self.random_return):  # the score's baseline, at the first evaluation (stoppable)
-            self.random_return = random_policy_return(cfg.env_id, cfg.eval_episodes, stop=self.stop)
-        returns = evaluate(PolicyFn(self.learner.actor, self.scaler), cfg.env_id, cfg.eval_episodes,
-                           seed=10_000 + cfg.seed, time_feature=cfg.time_feature, stop=self.stop)
-        mean, std = float(returns.mean()), float(returns.std())
-        norm = normalised_score(mean, self.random_return, self.expert_return)
-        self.logger.scalars(self.step, {"eval/return": mean, "eval/return_std": std, "eval/normalised": norm})
-        self.logger.evaluation({"env_step": self.step, "return_mean": mean, "return_std": std,
-                                "normalised": norm, "wall_s": self._elapsed(),
-                                "r_expert": self.expert_return, "r_random": self.random_return})
-        line = eval_line(self.step, mean, std, norm)
-        if self._bar is not None:
-            self._bar.write(line)
-        else:
-            self.hooks.log.info(line)
+        mean, std = self.evaluator(self.step, PolicyFn(self.learner.actor, self.scaler), self.logger,
+                                   self._elapsed(),
+                                   export_best=lambda meta: self.export(self.run_dir / "policy_best.onnx",
+                                                                        meta),
+                                   say=self._bar.write if self._bar is not None else self.hooks.log.info,
+                                   stop=self.stop)
         self.last_eval = (self.step, mean, std)
-        best = evaluation_metadata(cfg, return_mean=mean, return_std=std)
-        self.best_return = note_evaluation(mean, self.best_return, cfg, self.step,
-                                           lambda: self.export(self.run_dir / "policy_best.onnx", best),
-                                           self.hooks.log.info)
         return mean, std
 
     def _save_point(self) -> tuple:
         """What tells two checkpoints of this run apart: every update, evaluation and transition
         moves one of these (a checkpoint at the same point would be the same, bar its wall time)."""
         return (self.step, dataclasses.asdict(self.pending) if self.pending is not None else None,
-                self._periodic_due, self.last_eval, self.best_return)
+                self._periodic_due, self.last_eval, self.evaluator.best_return)
 
     @property
     def replay_base_path(self) -> Path:
@@ -613,14 +575,11 @@ class StreamTrainer:
         save_checkpoint(self.checkpoint_path, {
             "config": to_dict(self.cfg), "step": self.step, "runner": runner,
             **torch_rng_state(), "acks": {k: tuple(v) for k, v in self.acks.items()},
-            "episode_stats": dict(self.episode_stats), "random_return": self.random_return,
-            "expert_return": self.expert_return,
+            "episode_stats": dict(self.episode_stats), **self.evaluator.state(),
+            "expert_return": self.evaluator.expert_return,
             "wall": self._elapsed(), "source": GRAPH_SOURCE,
             "pending": dataclasses.asdict(self.pending) if self.pending is not None else None,
-            "periodic_due": self._periodic_due, "best_return": self.best_return, "last_eval": self.last_eval,
-            "last_imitation": self.last_imitation,
-            "imitation": ({"random": self.imitation.random_distance, "best": self.imitation.best}
-                          if self.imitation is not None else None),
+            "periodic_due": self._periodic_due, "last_eval": self.last_eval,
             "void_steps": self.void_steps, "first_batches": dict(self.first_batches),
             "policy_io": policy_io(self.obs_dim, self.act_dim, self.scaler.low, self.scaler.high,
                                    self.control_period, recorded_joints(self.cfg.env_id)),
@@ -673,24 +632,18 @@ class StreamTrainer:
         restore_runner(self.runner, state, to_dict(self.cfg), self.checkpoint_path, start_over)
         if changes:
             self.hooks.log.info(changes_note(changes))
-        rescaled = expert_return_note(state, self.expert_return)
+        rescaled = expert_return_note(state, self.evaluator.expert_return)
         if rescaled:
             self.hooks.log.warning(rescaled)
         self.step = state["step"]
         restore_torch_rng(state)
         self.acks = {int(k): SourceAck(*v) for k, v in state.get("acks", {}).items()}
         self.episode_stats = dict(state.get("episode_stats", {}))
-        self.random_return = state.get("random_return", math.nan)
+        self.evaluator.restore(state)
         self._wall_offset = state.get("wall", 0.0)
         pending = state.get("pending")
         self.pending = Plan(**pending) if pending else None
         self._periodic_due = bool(state.get("periodic_due", False))
-        self.best_return = state.get("best_return", -math.inf)
-        imitation = state.get("imitation")
-        if imitation and self.imitation is not None:
-            self.imitation.random_distance, self.imitation.best = imitation["random"], imitation["best"]
-        last = state.get("last_imitation")
-        self.last_imitation = tuple(last) if last is not None else None
         self.void_steps = int(state.get("void_steps", 0))
         self.first_batches = {int(k): int(v) for k, v in state.get("first_batches", {}).items()}
         # a finished run started again reports its last evaluation instead of running another
@@ -705,31 +658,6 @@ class StreamTrainer:
         self.save(light=True)
         return True
 
-    def _evaluate_imitation(self) -> None:
-        """An MJCF task's evaluation: the imitation distance of the deterministic policy's states to
-        the demonstrations' (:mod:`opolo_ros.sim.imitation`), against the random policy's."""
-        if self.imitation is None:
-            return
-        distance, random_distance = self.imitation(PolicyFn(self.learner.actor, self.scaler), self.stop)
-        score = imitation_score(distance, random_distance)
-        self.logger.scalars(self.step, {"eval/imitation_distance": distance, "eval/imitation_score": score})
-        self.logger.evaluation({"env_step": self.step, "wall_s": self._elapsed(),
-                                "imitation_distance": distance, "imitation_random": random_distance,
-                                "imitation_score": score})
-        line = (f"step {self.step}: imitation distance {distance:.3f} (random actions "
-                f"{random_distance:.3f}, 0 = on the demonstrations), score {score:.3f}")
-        if self._bar is not None:
-            self._bar.write(line)
-        else:
-            self.hooks.log.info(line)
-        self.last_eval = (self.step, math.nan, math.nan)
-        self.last_imitation = (distance, random_distance)
-        if self.imitation.improved(distance) and self.cfg.keep_best:
-            best = evaluation_metadata(self.cfg, imitation_distance=distance,
-                                       imitation_random=random_distance,
-                                       max_episode_steps=self.cfg.eval_max_episode_steps or self.max_steps)
-            self.export(self.run_dir / "policy_best.onnx", best)
-
     def finish(self) -> TrainResult:
         """After ``total_steps``: final evaluation, checkpoint, export, learning-curve PNG."""
         cfg = self.cfg
@@ -742,18 +670,12 @@ class StreamTrainer:
         from opolo_ros.plot import draw_run_curve
 
         self.plot_path = draw_run_curve(self.run_dir, f"{cfg.algo.upper()} through the ROS graph: "
-                                        f"{cfg.env_id}, seed {cfg.seed}", self.expert_return,
+                                        f"{cfg.env_id}, seed {cfg.seed}", self.evaluator.expert_return,
                                         self.hooks.log.warning)
-        self.result = TrainResult(self.run_dir, self.step, mean, std,
-                                  normalised_score(mean, self.random_return, self.expert_return),
-                                  self.expert_return, self.random_return, self.policy_path,
-                                  self.last_imitation)
-        if self.last_imitation is not None:
-            evaluated = (f"imitation distance {self.last_imitation[0]:.3f} (random actions "
-                         f"{self.last_imitation[1]:.3f})")
-        else:
-            evaluated = ("no evaluation (no reward)" if math.isnan(mean)
-                         else f"eval return {mean:.1f} +- {std:.1f}")
+        ev = self.evaluator
+        self.result = TrainResult(self.run_dir, self.step, mean, std, ev.normalised(mean), ev.expert_return,
+                                  ev.random_return, self.policy_path, ev.last_imitation)
+        evaluated = evaluated_text(mean, std, ev.last_imitation)
         void = f" ({self.void_steps} of them void: the simulation diverged)" if self.void_steps else ""
         self.hooks.log.info(f"done: {self.step} transitions{void}, {evaluated}, run folder {self.run_dir}")
         if 2 * self.void_steps > self.step:
