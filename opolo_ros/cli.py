@@ -96,19 +96,26 @@ def _check_demos(cfg: RunConfig) -> None:
 
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
     cfg = _config(args, algo=algo)
-    if is_mjcf(cfg.env_id):
-        raise ValueError(f"the direct loop trains Gymnasium tasks, not an MJCF file ({cfg.env_id}): it "
-                         "evaluates on the reward, which a robot model has none of; train it through "
-                         "the graph: opolo-ros launch sim_train env:=<file.xml> demos:=<bag> "
-                         "(README, 'Your own robot model')")
+    if is_mjcf(cfg.env_id) and cfg.algo == "td3":
+        raise ValueError(f"a TD3 expert learns from the reward, which an MJCF file ({cfg.env_id}) has none "
+                         "of; train OPOLO on the robot's demonstrations: opolo-ros train --env-id "
+                         "<file.xml> --demos <bag> (README, 'Your own robot model')")
     _check_demos(cfg)
     from opolo_ros.train.direct import train_direct
 
     result = train_direct(cfg, resume=not args.no_resume)
     print(f"\n{cfg.algo} on {cfg.env_id}: {result.env_steps} env steps")
-    print(f"evaluation return: {result.eval_mean:.1f} +- {result.eval_std:.1f} "
-          f"({cfg.eval_episodes} deterministic episodes)")
-    if cfg.algo == "opolo":
+    if result.imitation is not None:  # an MJCF robot: no reward
+        from opolo_ros.sim.imitation import imitation_score
+
+        distance, random_distance = result.imitation
+        print(f"imitation distance: {distance:.3f} (random actions {random_distance:.3f}, 0 = on the "
+              f"demonstrations), score {imitation_score(distance, random_distance):.3f} "
+              f"({cfg.eval_episodes} deterministic episodes)")
+    else:
+        print(f"evaluation return: {result.eval_mean:.1f} +- {result.eval_std:.1f} "
+              f"({cfg.eval_episodes} deterministic episodes)")
+    if cfg.algo == "opolo" and result.imitation is None:
         from opolo_ros.sim.envs import score_line
 
         print(score_line(result.normalised, result.expert_return, result.random_return))
@@ -390,8 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "run config YAML (see config/*.yaml; config/experts/ holds train-expert's)")
         sp.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="override a config value, e.g. --set schedule.batch_size=256 (repeatable)")
-        sp.add_argument("--env-id", dest="env_id", help="the task: a Gymnasium MuJoCo id "
-                        "(Hopper-v5); the direct loop trains Gymnasium tasks only" if not expert else
+        sp.add_argument("--env-id", dest="env_id", help="the task: a Gymnasium MuJoCo id (Hopper-v5), or "
+                        "an MJCF file (robot.xml: your own robot, evaluated by its imitation distance; "
+                        "README, 'Your own robot model')" if not expert else
                         "the task: a Gymnasium MuJoCo id (Hopper-v5)")
         # train-expert takes --demos only to say that a TD3 expert learns from the reward instead
         sp.add_argument("--demos", help=argparse.SUPPRESS if expert else

@@ -106,8 +106,9 @@ CASES = {
     "evaluate on an id whose module is missing": Case(  # ModuleNotFoundError's traceback before
         ("evaluate", "{expert_onnx}", "--env-id", "nosuchmod:Foo-v0"),
         "cannot create environment 'nosuchmod:Foo-v0': No module named 'nosuchmod'"),
-    "train on an MJCF file": Case(("train", "--env-id", "{tmp}/robot.xml", "--run-dir", "{tmp}/mjcf_run"),
-                                  "the direct loop trains Gymnasium tasks, not an MJCF file"),
+    "train an expert on an MJCF file": Case(
+        ("train-expert", "--env-id", "{tmp}/robot.xml", "--run-dir", "{tmp}/mjcf_run"),
+        "a TD3 expert learns from the reward, which an MJCF file"),
     "record-topics existing output": Case(("record-topics", "/x", "-o", "{tmp}"),
                                           "already exists; refusing to overwrite it"),
     "queue file not text": Case(("queue", "{binary_file}"), "is not a text (UTF-8) file"),

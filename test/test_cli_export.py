@@ -205,8 +205,7 @@ def test_an_mjcf_runs_checkpoint_exports_without_its_model_file(tmp_path: Path, 
 
 def test_an_mjcf_models_frame_skip_is_the_exported_control_period(tmp_path: Path) -> None:
     """A model that controls every 4th MuJoCo step (its ``frame_skip`` numeric) is trained and
-    deployed at 4 x its timestep: the learner's checkpoint, and so the export, record that (the
-    direct loop trains Gymnasium tasks only)."""
+    deployed at 4 x its timestep: the learner's checkpoint, and so the export, record that."""
     import gymnasium
 
     asset = (Path(gymnasium.__file__).parent / "envs/mujoco/assets/inverted_pendulum.xml").read_text()

@@ -391,3 +391,27 @@ def test_an_mjcf_models_frame_skip_sets_its_control_step_and_bad_ones_are_refuse
                                              rf'whole number of MuJoCo steps per control step, 1 to '
                                              rf'10000, got {data}$'):
             make_task_env(bad)
+
+
+def test_an_mjcf_robots_saved_state_includes_its_actuators_activations(tmp_path):
+    """A resumed direct run restores the physics of its env: for an MJCF robot with actuator
+    dynamics (a filtered motor, a muscle) that is qpos, qvel and the activations; without them the
+    resumed episode would go on from a motor at rest."""
+    from opolo_ros.sim.envs import get_env_state, set_env_state
+
+    xml = tmp_path / "filtered.xml"
+    xml.write_text("""<mujoco><worldbody><body><joint name="hinge" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="0.1"/></body></worldbody>
+      <actuator><general name="m" joint="hinge" dyntype="filter" dynprm="0.2" gear="1"
+        ctrlrange="-1 1" ctrllimited="true"/></actuator></mujoco>""")
+    a = make_task_env(str(xml), seed=0)
+    for _ in range(5):
+        a.step(np.array([1.0], np.float32))
+    state = get_env_state(a)
+    assert state["act"][0] > 0.01
+    b = make_task_env(str(xml), seed=1)
+    set_env_state(b, state)
+    for _ in range(5):
+        obs_a, *_ = a.step(np.array([-1.0], np.float32))
+        obs_b, *_ = b.step(np.array([-1.0], np.float32))
+    np.testing.assert_array_equal(obs_a, obs_b)

@@ -514,7 +514,7 @@ def test_an_mjcf_runs_evaluations_can_look_past_its_training_episodes(tmp_path: 
         stream = StreamTrainer(cfg, policy_every=10**6, hooks=hooks)
         try:
             stream.start(episodes, resume=False, journal=False, journal_fsync=False)
-            env = stream.imitation.make_env()
+            env = stream.evaluator.imitation.make_env()
             assert (max_steps_of(stream.env), max_steps_of(env)) == (20, want)
             env.close()
         finally:
@@ -559,29 +559,82 @@ def test_a_resumed_mjcf_run_keeps_its_random_reference_and_best_distance(tmp_pat
 
     stream = started(resume=False)
     try:
-        assert (stream.imitation.episodes, stream.imitation.seed) == (2, 10_003)
+        assert (stream.evaluator.imitation.episodes, stream.evaluator.imitation.seed) == (2, 10_003)
         assert np.isnan(stream._evaluate()).all()  # no return: the imitation evaluation instead
         with caplog.at_level(logging.INFO, logger="s"):
             stream._log_rate()
         assert [m for m in caplog.messages if "steps/s" in m][-1].endswith(" steps/s"), caplog.messages
-        distance, random_distance = stream.last_imitation
-        assert 0 < distance and 0 < random_distance == stream.imitation.random_distance
-        assert stream.imitation.best == distance and (tmp_path / "run" / "policy_best.onnx").is_file()
+        distance, random_distance = stream.evaluator.last_imitation
+        assert 0 < distance and 0 < random_distance == stream.evaluator.imitation.random_distance
+        assert stream.evaluator.imitation.best == distance
+        assert (tmp_path / "run" / "policy_best.onnx").is_file()
         stream.save()
     finally:
         stream.close()
     (tmp_path / "run" / "policy_best.onnx").unlink()
     resumed = started(resume=True)
     try:
-        assert resumed.last_imitation == (distance, random_distance)
-        assert (resumed.imitation.random_distance, resumed.imitation.best) == (random_distance, distance)
+        assert resumed.evaluator.last_imitation == (distance, random_distance)
+        kept = resumed.evaluator.imitation
+        assert (kept.random_distance, kept.best) == (random_distance, distance)
 
         def taken_again(*args: object, **kwargs: object) -> np.ndarray:
             raise AssertionError("the random actions' distance was taken again")
 
         monkeypatch.setattr(imitation, "random_visited_states", taken_again)
-        resumed._evaluate_imitation()  # the same policy (the checkpoint's): the same distance, no better
-        assert resumed.last_imitation == (distance, random_distance)
+        resumed._evaluate()  # the same policy (the checkpoint's): the same distance, no better
+        assert resumed.evaluator.last_imitation == (distance, random_distance)
         assert not (tmp_path / "run" / "policy_best.onnx").exists()
     finally:
         resumed.close()
+
+
+def test_the_direct_loop_trains_an_mjcf_robot_and_evaluates_it_by_its_imitation_distance(
+        tmp_path: Path, capsys) -> None:
+    """`opolo-ros train --env-id robot.xml` refused an MJCF file ("it evaluates on the reward"); it
+    trains one now as the graph does: the task's episodes (`max_episode_steps`), the imitation
+    distance at each evaluation (eval.csv, the final lines), policy_best.onnx recording that
+    evaluation, and the exported policy the robot's joints and control period. A TD3 expert, which
+    learns from the reward, is still refused."""
+    import sys
+
+    import yaml
+
+    from opolo_ros import cli
+    from opolo_ros.export.onnx_policy import load_policy
+    from opolo_ros.train.logger import RunLogger
+
+    sys.path.insert(0, str(ROOT / "test"))
+    from test_bags import pendulum_robot_demos
+    from test_direct import small_cfg
+
+    xml = pendulum_model(tmp_path)
+    demos = pendulum_robot_demos(tmp_path / "demos.npz")
+    cfg = {k: v for k, v in vars(small_cfg(tmp_path, demos)).items() if k in ("schedule", "opolo")}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"max_episode_steps": 30, "eval_every": 100, "eval_episodes": 2,
+                                      "progress": False, "seed": 7,
+                                      "schedule": vars(cfg["schedule"]),
+                                      "opolo": {"net": vars(cfg["opolo"].net)}}))
+    run = tmp_path / "run"
+    assert cli.main(["train", "--config", str(config), "--env-id", xml, "--demos", str(demos),
+                     "--total-steps", "200", "--run-dir", str(run)]) == 0
+    out = capsys.readouterr()
+    rows = RunLogger.read_evaluations(run / "eval.csv")
+    assert [int(r["env_step"]) for r in rows] == [100, 200]
+    assert all(np.isnan(r["return_mean"]) and r["imitation_distance"] > 0 for r in rows)
+    assert rows[0]["imitation_random"] == rows[1]["imitation_random"] > 0  # taken once
+    last = rows[-1]
+    assert (f"imitation distance: {last['imitation_distance']:.3f} (random actions "
+            f"{last['imitation_random']:.3f}, 0 = on the demonstrations), score "
+            f"{last['imitation_score']:.3f}") in out.out
+    assert "evaluation return" not in out.out and "training return" not in out.err
+    best = min(rows, key=lambda r: r["imitation_distance"])
+    meta = load_policy(run / "policy_best.onnx").metadata
+    assert float(meta.extra["eval_imitation_distance"]) == pytest.approx(best["imitation_distance"], abs=1e-4)
+    assert int(meta.extra["eval_max_episode_steps"]) == 30
+    meta = load_policy(run / "policy.onnx").metadata
+    assert (meta.env_id, meta.joint_names, meta.control_period_s) == (xml, ("slider", "hinge"), 0.04)
+    assert cli.main(["train-expert", "--env-id", xml, "--run-dir", str(tmp_path / "td3")]) == 2
+    assert "a TD3 expert learns from the reward" in capsys.readouterr().err
+

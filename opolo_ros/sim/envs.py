@@ -211,6 +211,8 @@ def get_env_state(env: gym.Env) -> dict:
     state: dict = {"np_random": base.np_random.bit_generator.state}
     if hasattr(base, "data"):
         state.update(qpos=base.data.qpos.copy(), qvel=base.data.qvel.copy(), time=float(base.data.time))
+        if base.data.act.size:  # actuator activations (an MJCF robot's muscles or filtered actuators)
+            state["act"] = base.data.act.copy()
     e = env
     while isinstance(e, gym.Wrapper):
         for attr in ("_elapsed_steps", "_t"):
@@ -226,6 +228,8 @@ def set_env_state(env: gym.Env, state: dict) -> None:
     if "qpos" in state:
         base.set_state(state["qpos"], state["qvel"])
         base.data.time = state["time"]
+        if "act" in state:
+            base.data.act[:] = state["act"]
     e = env
     while isinstance(e, gym.Wrapper):
         for attr in ("_elapsed_steps", "_t"):

@@ -118,6 +118,11 @@ class MjcfEnv(gym.Env):
         mujoco.mj_forward(self.model, self.data)
         return self._obs(), {}
 
+    def set_state(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """The physics state (as Gymnasium's MuJoCo envs): a resumed run goes on in the same episode."""
+        self.data.qpos[:], self.data.qvel[:] = qpos, qvel
+        self._mujoco.mj_forward(self.model, self.data)
+
     def step(self, action):  # type: ignore[override]
         self.data.ctrl[:] = np.clip(action, self.action_space.low, self.action_space.high)
         self._mujoco.mj_step(self.model, self.data, nstep=self.frame_skip)
