@@ -178,8 +178,9 @@ def describe(args: dict) -> list:
             overrides[key] = player_file[player_key]
     base = run_config(params_file, overrides, ns)  # RunConfig's own default env is DEFAULT_ENV
     env = base.env_id
-    if is_mjcf(env):  # absolute: the run's record names the file, wherever it is resumed from
-        env = overrides["env_id"] = str(Path(env).resolve())
+    if is_mjcf(env):  # absolute: the run's record names the file, wherever it is resumed from (a
+        # path that is not in the working folder is the package's: models/robots/two_link_arm.xml)
+        env = overrides["env_id"] = str(Path(resolve_path(env)).resolve())
     if not args["run_dir"]:
         run_dir = base.run_dir
         # No task file names one (every robot model shared runs/default-graph), or env:= runs another
