@@ -94,8 +94,27 @@ def _check_demos(cfg: RunConfig) -> None:
               + (left if len(taken) < len(episodes) else short))
 
 
+def _own_run_dir(args: argparse.Namespace, cfg: RunConfig) -> RunConfig:
+    """`cfg` in a run folder of its task's own, runs/opolo/<task> (an expert's: runs/experts/<task>),
+    where nothing names one for it:
+    an MJCF robot without a run_dir (every robot shared runs/default), or an --env-id of another
+    task than the config file's, whose run folder is that task's (its checkpoint would be refused
+    there), as ``opolo-ros launch sim_train env:=`` does. Unchanged with --run-dir or --set run_dir."""
+    import dataclasses
+
+    from opolo_ros.sim.task_ids import same_task
+
+    if args.run_dir is not None or "run_dir" in merge_overrides(args.set or []):
+        return cfg
+    file_task = load_run_config(args.config).env_id if args.config else cfg.env_id
+    if (is_mjcf(cfg.env_id) and cfg.run_dir == RunConfig().run_dir) or not same_task(file_task, cfg.env_id):
+        task = Path(cfg.env_id).stem if is_mjcf(cfg.env_id) else cfg.env_id
+        return dataclasses.replace(cfg, run_dir=f"runs/{'experts' if cfg.algo == 'td3' else 'opolo'}/{task}")
+    return cfg
+
+
 def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
-    cfg = _config(args, algo=algo)
+    cfg = _own_run_dir(args, _config(args, algo=algo))
     if is_mjcf(cfg.env_id) and cfg.algo == "td3":
         raise ValueError(f"a TD3 expert learns from the reward, which an MJCF file ({cfg.env_id}) has none "
                          "of; train OPOLO on the robot's demonstrations: opolo-ros train --env-id "

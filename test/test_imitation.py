@@ -638,3 +638,31 @@ def test_the_direct_loop_trains_an_mjcf_robot_and_evaluates_it_by_its_imitation_
     assert cli.main(["train-expert", "--env-id", xml, "--run-dir", str(tmp_path / "td3")]) == 2
     assert "a TD3 expert learns from the reward" in capsys.readouterr().err
 
+
+
+def test_the_direct_loop_gives_a_robot_or_another_task_its_own_run_folder(tmp_path: Path) -> None:
+    """Without --run-dir every MJCF robot trained in runs/default, and --env-id of another task than
+    the config file's in that file's folder, whose checkpoint it then refused: as the graph does,
+    runs/opolo/<task> (an expert's runs/experts/<task>); a run folder given is kept."""
+    from opolo_ros import cli
+
+    xml = pendulum_model(tmp_path)
+    pendulum = str(ROOT / "config" / "inverted_pendulum.yaml")
+
+    def run_dir(*argv: str) -> str:
+        args = cli.build_parser().parse_args(list(argv))
+        algo = "td3" if argv[0] == "train-expert" else "opolo"
+        return cli._own_run_dir(args, cli._config(args, algo=algo)).run_dir
+
+    assert run_dir("train", "--env-id", xml) == "runs/opolo/pendulum"
+    assert run_dir("train", "--config", pendulum, "--env-id", xml) == "runs/opolo/pendulum"
+    assert run_dir("train", "--config", pendulum, "--env-id", "Hopper-v5") == "runs/opolo/Hopper-v5"
+    assert run_dir("train", "--config", pendulum) == "runs/opolo/InvertedPendulum-v5"  # the file's own
+    assert run_dir("train", "--config", pendulum, "--env-id", "InvertedPendulum-v5") == \
+        "runs/opolo/InvertedPendulum-v5"
+    assert run_dir("train", "--env-id", xml, "--run-dir", "r1") == "r1"
+    assert run_dir("train", "--env-id", xml, "--set", "run_dir=r2") == "r2"
+    assert run_dir("train", "--env-id", "Hopper-v5") == "runs/default"  # no file: as before
+    expert = str(ROOT / "config" / "experts" / "Hopper-v5.yaml")
+    assert run_dir("train-expert", "--config", expert, "--env-id", "Walker2d-v5") == \
+        "runs/experts/Walker2d-v5"

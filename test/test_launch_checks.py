@@ -118,18 +118,19 @@ def test_declared_parameter_tables_are_what_the_nodes_declare(tmp_path, ros_doma
 
 # --------------------------------------------------------------------------- shipped files
 
-def demos_for(env_id: str, tmp_path: Path) -> str:
-    """The task's shipped demonstrations, or (not recorded yet) an .npz of the task's dimensions."""
-    shipped = ROOT / "models" / "demos" / env_id
-    if (shipped / "metadata.yaml").is_file():
-        return str(shipped)
+def demos_for(cfg, tmp_path: Path) -> str:
+    """The task file's demonstrations, else the task's shipped ones, or (not recorded yet) an .npz
+    of the task's dimensions."""
+    for shipped in (ROOT / cfg.demos if cfg.demos else None, ROOT / "models" / "demos" / cfg.env_id):
+        if shipped is not None and (shipped / "metadata.yaml").is_file():
+            return str(shipped)
     from opolo_ros.data.demos import Episode, save_npz
     from opolo_ros.sim.tasks import make_task_env
 
-    env = make_task_env(env_id)
+    env = make_task_env(str(ROOT / cfg.env_id) if cfg.env_id.endswith(".xml") else cfg.env_id)
     obs_dim = env.observation_space.shape[0]
     env.close()
-    path = tmp_path / f"{env_id}.npz"
+    path = tmp_path / f"{Path(cfg.env_id).name}.npz"
     save_npz(path, [Episode(np.zeros((20, obs_dim))) for _ in range(2)])
     return str(path)
 
@@ -137,10 +138,12 @@ def demos_for(env_id: str, tmp_path: Path) -> str:
 @pytest.mark.parametrize("path", TASK_FILES, ids=lambda p: p.name)
 def test_every_shipped_task_file_passes_both_paths(path, tmp_path):
     cfg = load_run_config(path)  # the direct loop: `/**` + learner as the run config
-    demos = f"demos:={demos_for(cfg.env_id, tmp_path)}"
+    demos = f"demos:={demos_for(cfg, tmp_path)}"
     specs = lr.describe_launch("sim_train", [f"params_file:={path}", f"run_dir:={tmp_path}", demos])[2]
     by_name = {s.name: s.parameters for s in specs}
-    assert by_name["learner"]["env_id"] == by_name["sim_bridge"]["env_id"] == cfg.env_id
+    # (an MJCF file's path made absolute: the package's models/robots/two_link_arm.xml)
+    task = str(ROOT / cfg.env_id) if cfg.env_id.endswith(".xml") else cfg.env_id
+    assert by_name["learner"]["env_id"] == by_name["sim_bridge"]["env_id"] == task
     for node in lr.NODE_CLASSES:  # any node of any launch file, in a namespace too
         lr.node_parameters(path, node)
         lr.node_parameters(path, node, "robot")

@@ -486,6 +486,8 @@ class DirectTrainer:
                            "its result again (--no-resume or another run_dir trains anew)")
             else:  # as the graph's learner says it
                 tqdm.write(f"resumed from {self.checkpoint_path} at step {self.step}")
+        else:  # where the run goes, from its start (the final lines said it only at the end)
+            tqdm.write(f"new run of {cfg.total_steps} steps in {self.run_dir}")
         # after the restore: a checkpoint refused for this config keeps the config it was written
         # with, and so does a finished run run again
         if not nothing_to_train:
