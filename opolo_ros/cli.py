@@ -98,16 +98,18 @@ def _own_run_dir(args: argparse.Namespace, cfg: RunConfig) -> RunConfig:
     """`cfg` in a run folder of its task's own, runs/opolo/<task> (an expert's: runs/experts/<task>),
     where nothing names one for it:
     an MJCF robot without a run_dir (every robot shared runs/default), or an --env-id of another
-    task than the config file's, whose run folder is that task's (its checkpoint would be refused
-    there), as ``opolo-ros launch sim_train env:=`` does. Unchanged with --run-dir or --set run_dir."""
+    task than the one the config file names, whose run folder is that task's (its checkpoint would
+    be refused there), as ``opolo-ros launch sim_train env:=`` does. Unchanged with --run-dir or
+    --set run_dir, and for a config file that names no task (its run_dir is the user's choice)."""
     import dataclasses
 
     from opolo_ros.sim.task_ids import same_task
 
     if args.run_dir is not None or "run_dir" in merge_overrides(args.set or []):
         return cfg
-    file_task = load_run_config(args.config).env_id if args.config else cfg.env_id
-    if (is_mjcf(cfg.env_id) and cfg.run_dir == RunConfig().run_dir) or not same_task(file_task, cfg.env_id):
+    file_task = run_section(read_yaml(args.config), args.config).get("env_id") if args.config else None
+    other_task = file_task is not None and not same_task(str(file_task), cfg.env_id)
+    if (is_mjcf(cfg.env_id) and cfg.run_dir == RunConfig().run_dir) or other_task:
         task = Path(cfg.env_id).stem if is_mjcf(cfg.env_id) else cfg.env_id
         return dataclasses.replace(cfg, run_dir=f"runs/{'experts' if cfg.algo == 'td3' else 'opolo'}/{task}")
     return cfg

@@ -663,6 +663,10 @@ def test_the_direct_loop_gives_a_robot_or_another_task_its_own_run_folder(tmp_pa
     assert run_dir("train", "--env-id", xml, "--run-dir", "r1") == "r1"
     assert run_dir("train", "--env-id", xml, "--set", "run_dir=r2") == "r2"
     assert run_dir("train", "--env-id", "Hopper-v5") == "runs/default"  # no file: as before
+    own = tmp_path / "own.yaml"  # a file that names no task: its run folder is the user's choice
+    own.write_text("run_dir: runs/mine\n")
+    assert run_dir("train", "--config", str(own), "--env-id", "Hopper-v5") == "runs/mine"
+    assert run_dir("train", "--config", str(own), "--env-id", xml) == "runs/mine"
     expert = str(ROOT / "config" / "experts" / "Hopper-v5.yaml")
     assert run_dir("train-expert", "--config", expert, "--env-id", "Walker2d-v5") == \
         "runs/experts/Walker2d-v5"
