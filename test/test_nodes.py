@@ -363,8 +363,21 @@ def test_realtime_mjcf_bridge_with_joint_state_deploy_actor(tmp_path, ros_domain
     # answers an older observation, so stale >= held; every step after the first command is matched.
     assert held <= bridge.stale <= bridge.answered == steps - before_first, \
         (held, bridge.stale, bridge.answered, steps, before_first)
+    # the steps before the first command ran with zero action and are counted (and logged) apart
+    assert bridge.uncommanded == before_first, (bridge.uncommanded, before_first)
     np.testing.assert_allclose(applied, [0.5], rtol=1e-6)  # 0.25 in [-1, 1] units of [-2, 2]
     assert abs(angle) > 1e-3  # the motor turned the pole
+
+
+def test_a_realtime_bridge_without_a_controller_counts_its_uncommanded_steps(tmp_path, ros_domain_id):
+    """A real-time bridge that no controller commands ran on with zero action without a word (a
+    walkthrough): it counts those steps apart from the held ones, and logs them."""
+    specs = realtime_mjcf_graph(tmp_path, MJCF)[:1]  # the bridge alone
+    with GraphRunner(specs, ros_domain_id) as graph:
+        bridge = graph.nodes["sim_bridge"]
+        assert graph.spin_until(lambda: bridge.steps >= 20, timeout_s=10.0), bridge.steps
+        steps, uncommanded, held, answered = bridge.steps, bridge.uncommanded, bridge.held, bridge.answered
+    assert uncommanded == steps >= 20 and held == answered == 0, (uncommanded, steps, held, answered)
 
 
 @pytest.mark.parametrize("lag", [0, 1])

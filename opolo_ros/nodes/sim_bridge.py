@@ -191,6 +191,7 @@ class SimBridge(FinishableNode):
         self.resent = 0  # replay batches published again for a restarted learner
         self.rejected = {"action": 0, "learner progress": 0, "policy version": 0}  # messages dropped
         self.held = 0  # realtime: steps after the first command that got no new one (missed deadline)
+        self.uncommanded = 0  # realtime: steps before any command came (run with zero action)
         self.answered = 0  # realtime: steps whose command names the observation it answers
         self.stale = 0  # realtime: ... and it is not the newest one published (late by >= 1 step)
         self.max_lag = 0  # realtime: most steps between the observation answered and the newest
@@ -622,7 +623,13 @@ class SimBridge(FinishableNode):
                 self.started = True
                 self._publish_observation()  # the initial state: the first command answers it
             return
-        if self._commanded and not self._fresh_action:
+        if not self._commanded:  # no controller yet: without a word the sim ran on with zero action
+            self.uncommanded += 1
+            self.get_logger().info(
+                f"{self.uncommanded} steps without any command yet on {self.action_sub.topic_name}: the "
+                "simulation runs with zero action (wait_for_controller:=true waits for a controller)",
+                throttle_duration_sec=self.report_period)
+        elif not self._fresh_action:
             self.held += 1
             self.get_logger().info(f"{self.held} of {self.steps} steps found no new command (held the "
                                    "previous one)", throttle_duration_sec=self.report_period)
