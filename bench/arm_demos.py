@@ -88,12 +88,13 @@ def record(out: Path, episodes: int, steps: int, period: float, gap_s: float, se
             if start_spread > 0:  # a posture away from the reset: the demonstrations cover the way back
                 rng = np.random.default_rng(seed + episode)
                 env.unwrapped.set_state(rng.uniform(-start_spread, start_spread, 2), np.zeros(2))
-                obs = env.unwrapped._obs()
+                data = env.unwrapped.data
+                obs = np.concatenate([data.qpos, data.qvel]).astype(np.float32)  # the model's 2 hinges
             controller, states = WavingController(env, period), [obs]
             for k in range(steps):
                 action = controller(k)
                 write(obs, action)
-                obs, _, _, truncated, _ = env.step(action)
+                obs, *_ = env.step(action)
                 states.append(obs)
                 stamp += dt_ns
             write(obs, np.zeros(2))  # the last state (its effort: none applied after it)
