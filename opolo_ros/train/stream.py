@@ -189,8 +189,9 @@ class StreamTrainer:
         short = short_episodes_note(episodes or [], self.max_steps if cfg.time_feature else None)
         if short:
             self.hooks.log.warning(short)
-        if stop_at_return_note(cfg):
-            self.hooks.log.warning(stop_at_return_note(cfg))
+        no_stop = stop_at_return_note(cfg)
+        if no_stop:
+            self.hooks.log.warning(no_stop)
         self.logger = RunLogger(self.run_dir, purge_from=purge_step(self.step))
         self._t0 = time.perf_counter()
 
