@@ -126,20 +126,7 @@ def cmd_train(args: argparse.Namespace, algo: str = "opolo") -> int:
 
     result = train_direct(cfg, resume=not args.no_resume)
     print(f"\n{cfg.algo} on {cfg.env_id}: {result.env_steps} env steps")
-    if result.imitation is not None:  # an MJCF robot: no reward
-        from opolo_ros.sim.imitation import imitation_score
-
-        distance, random_distance = result.imitation
-        print(f"imitation distance: {distance:.3f} (random actions {random_distance:.3f}, 0 = on the "
-              f"demonstrations), score {imitation_score(distance, random_distance):.3f} "
-              f"({cfg.eval_episodes} deterministic episodes)")
-    else:
-        print(f"evaluation return: {result.eval_mean:.1f} +- {result.eval_std:.1f} "
-              f"({cfg.eval_episodes} deterministic episodes)")
-    if cfg.algo == "opolo" and result.imitation is None:
-        from opolo_ros.sim.envs import score_line
-
-        print(score_line(result.normalised, result.expert_return, result.random_return))
+    print("\n".join(result.summary_lines(cfg.eval_episodes, cfg.algo)))
     print(f"run folder: {result.run_dir}  (policy: {result.policy_path.name}, TensorBoard: tb/, "
           f"evaluations: eval.csv, parameters: config.yaml)")
     return 0

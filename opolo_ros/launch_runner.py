@@ -508,21 +508,7 @@ def launch_command(name: str, argv: Sequence[str], show_args: bool = False) -> i
         print(f"\n{cfg.algo} on {cfg.env_id} through the ROS graph: {r.env_steps} env steps, "
               f"{learner.trainer.learner.critic_steps} gradient steps (the run's, resumed runs "
               f"included); this launch ran {result.elapsed_s:.0f} s")
-        if r.imitation is not None:
-            from opolo_ros.sim.imitation import imitation_score
-
-            distance, random_distance = r.imitation
-            print(f"imitation distance: {distance:.3f} (random actions: {random_distance:.3f}; 0 = the "
-                  f"demonstrations' states, {cfg.eval_episodes} deterministic episodes), score "
-                  f"{imitation_score(distance, random_distance):.3f}")
-        elif math.isnan(r.eval_mean):
-            print("no evaluation: the task has no reward (an MJCF file), so only the policy is the result")
-        else:
-            print(f"evaluation return: {r.eval_mean:.1f} +- {r.eval_std:.1f} "
-                  f"({cfg.eval_episodes} deterministic episodes)")
-            from opolo_ros.sim.envs import score_line
-
-            print(score_line(r.normalised, r.expert_return, r.random_return))
+        print("\n".join(r.summary_lines(cfg.eval_episodes, cfg.algo)))
         plot = f", learning curve: {learner.trainer.plot_path.name}" if learner.trainer.plot_path else ""
         evaluated = not math.isnan(r.eval_mean) or r.imitation is not None
         evaluations = f"evaluations: eval.csv{plot}, " if evaluated else ""

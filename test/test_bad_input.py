@@ -435,3 +435,22 @@ def test_the_score_line_of_demonstrations_without_returns():
 
     assert eval_line(5000, 12.0, 1.5, float("nan")) == "step 5000: eval return 12.0 +- 1.5 (normalised n/a)"
     assert eval_line(5000, 12.0, 1.5, 0.25) == "step 5000: eval return 12.0 +- 1.5 (normalised 0.250)"
+
+
+def test_a_runs_final_lines_the_same_for_both_trainers():
+    from opolo_ros.train.direct import TrainResult
+
+    nan = float("nan")
+    result = TrainResult(Path("run"), 100, 900.0, 12.5, 0.9, 1000.0, 0.0, Path("run/policy.onnx"))
+    assert result.summary_lines(10, "opolo") == [
+        "evaluation return: 900.0 +- 12.5 (10 deterministic episodes)",
+        "normalised score: 0.900 (expert 1000.0, random 0.0)"]
+    assert result.summary_lines(10, "td3") == ["evaluation return: 900.0 +- 12.5 (10 deterministic episodes)"]
+    robot = TrainResult(Path("run"), 100, nan, nan, nan, nan, nan, Path("run/policy.onnx"),
+                        imitation=(0.5, 2.0))
+    assert robot.summary_lines(3, "opolo") == [
+        "imitation distance: 0.500 (random actions: 2.000; 0 = the demonstrations' states, 3 deterministic "
+        "episodes), score 0.750"]
+    unevaluated = TrainResult(Path("run"), 0, nan, nan, nan, nan, nan, Path("run/policy.onnx"))
+    assert unevaluated.summary_lines(3, "opolo") == [
+        "no evaluation: the task has no reward (an MJCF file), so only the policy is the result"]

@@ -46,7 +46,14 @@ from opolo_ros.export.onnx_policy import (
 )
 from opolo_ros.signals import stop_on_signals
 from opolo_ros.sim.actions import ActionScaler
-from opolo_ros.sim.envs import EvaluationInterrupted, add_time_feature, get_env_state, set_env_state
+from opolo_ros.sim.envs import (
+    EvaluationInterrupted,
+    add_time_feature,
+    get_env_state,
+    score_line,
+    set_env_state,
+)
+from opolo_ros.sim.imitation import imitation_score
 from opolo_ros.sim.task_ids import is_mjcf
 from opolo_ros.sim.tasks import (
     check_joint_order,
@@ -104,6 +111,22 @@ class TrainResult:
     policy_path: Path
     # a task without a reward (MJCF): the last imitation distance and the random policy's
     imitation: tuple[float, float] | None = None
+
+    def summary_lines(self, episodes: int, algo: str) -> list[str]:
+        """The final evaluation as the run's last lines (the direct loop's and the graph's):
+        the imitation distance of an MJCF robot, else the return and, for OPOLO, the score."""
+        if self.imitation is not None:
+            distance, random_distance = self.imitation
+            return [f"imitation distance: {distance:.3f} (random actions: {random_distance:.3f}; 0 = the "
+                    f"demonstrations' states, {episodes} deterministic episodes), score "
+                    f"{imitation_score(distance, random_distance):.3f}"]
+        if math.isnan(self.eval_mean):
+            return ["no evaluation: the task has no reward (an MJCF file), so only the policy is the result"]
+        lines = [f"evaluation return: {self.eval_mean:.1f} +- {self.eval_std:.1f} "
+                 f"({episodes} deterministic episodes)"]
+        if algo == "opolo":
+            lines.append(score_line(self.normalised, self.expert_return, self.random_return))
+        return lines
 
 
 def seed_everything(seed: int) -> None:
