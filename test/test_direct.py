@@ -1486,8 +1486,20 @@ def test_the_direct_loops_progress_bar_is_drawn_on_a_terminal_only(tmp_path, dem
     DirectTrainer(small_cfg(tmp_path, demos, "td3", total_steps=2000, progress=True)).train()
     err = capsys.readouterr().err
     assert "\r" not in err and "%|" not in err, err[-500:]
-    said = [line for line in err.splitlines() if "steps/s, training return" in line]
+    said = [line for line in err.splitlines() if "steps/s" in line and "training return" in line]
     assert [line.split(": ")[1].split(" ")[0] for line in said] == ["1000/2000", "2000/2000"], said
+    assert " to go, training return" in said[0] and "to go" not in said[1], said  # the time left
+
+
+def test_time_to_go_of_a_progress_line():
+    from opolo_ros.train.logger import time_to_go
+
+    assert time_to_go(9000, 1000, 100.0) == ", about 15 min to go"  # 10 steps/s
+    assert time_to_go(100, 1000, 100.0) == ", under a minute to go"
+    assert time_to_go(290_000, 10_000, 100.0) == ", about 48 min to go"
+    assert time_to_go(1_000_000, 10_000, 100.0) == ", about 2 h 47 min to go"
+    assert time_to_go(0, 1000, 100.0) == ""  # done
+    assert time_to_go(1000, 0, 100.0) == time_to_go(1000, 1000, 0.0) == ""  # no rate yet
 
 
 def test_eval_csv_records_the_scores_baselines_and_a_changed_expert_return_is_said(tmp_path, capsys):

@@ -82,7 +82,7 @@ from opolo_ros.train.checkpoint import (
     torch_rng_state,
     trainer_of,
 )
-from opolo_ros.train.logger import RunLogger, purge_step
+from opolo_ros.train.logger import RunLogger, purge_step, time_to_go
 from opolo_ros.train.run_eval import RunEvaluator, stop_at_return_note
 from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
@@ -525,6 +525,7 @@ class DirectTrainer:
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress or lines,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
         last_log, last_log_t, last_ret = self.step, time.perf_counter(), math.nan
+        first_step, first_t = last_log, last_log_t  # this process's rate, for the time to go
         with stop_on_signals(self.stop):  # the loop and the last writes (a first signal asks to stop)
             try:
                 if self.pending is not None:  # stopped inside a step's updates: finish that step
@@ -552,8 +553,10 @@ class DirectTrainer:
                                          "sps": f"{sps:.0f}"})
                         if lines:
                             said = "" if no_reward else f", training return {last_ret:.1f}"
+                            to_go = time_to_go(cfg.total_steps - self.step, self.step - first_step,
+                                               now - first_t)
                             print(f"{cfg.algo} {cfg.env_id}: {self.step}/{cfg.total_steps} steps, "
-                                  f"{sps:.0f} steps/s{said}", file=sys.stderr)
+                                  f"{sps:.0f} steps/s{to_go}{said}", file=sys.stderr)
                     self._periodic(logger, bar)
                 if self.finished and self.pending is None and self._last_eval_step != self.step:
                     try:  # the final evaluation, which a signal ends as it ends the periodic ones

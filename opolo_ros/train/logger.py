@@ -20,6 +20,21 @@ def purge_step(resumed_at: int) -> int | None:
     return resumed_at + 1 if resumed_at else None
 
 
+def time_to_go(remaining: int, done: int, elapsed_s: float) -> str:
+    """A progress line's estimate of the time left: `remaining` steps at the rate of the `done`
+    steps of this process so far, in `elapsed_s` (evaluations and checkpoints included), as
+    ``", about 37 min to go"``; ``""`` with nothing left or no rate yet."""
+    if remaining <= 0 or done <= 0 or not elapsed_s > 0:
+        return ""
+    seconds = remaining * elapsed_s / done
+    if seconds < 60:
+        return ", under a minute to go"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f", about {minutes} min to go"
+    return f", about {minutes // 60} h {minutes % 60:02d} min to go"
+
+
 def _cell(key: str, value: object) -> object:
     """An eval.csv cell: the step as an integer; an unknown value (a baseline of an older log, the
     return of a task without one, a NaN policy's) blank, as older logs have it and as a row that

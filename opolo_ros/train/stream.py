@@ -64,7 +64,7 @@ from opolo_ros.train.direct import (
     run_finished,
     seed_everything,
 )
-from opolo_ros.train.logger import RunLogger, purge_step
+from opolo_ros.train.logger import RunLogger, purge_step, time_to_go
 from opolo_ros.train.run_eval import RunEvaluator, evaluated_text, stop_at_return_note
 from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
@@ -151,6 +151,7 @@ class StreamTrainer:
         self.plot_path: Path | None = None
         self._bar = None
         self._last_log, self._last_log_t, self._last_ret = 0, time.perf_counter(), math.nan
+        self._first_log = (self._last_log, self._last_log_t)  # this process's rate: the time to go
 
     # ------------------------------------------------------------------ set-up
     def start(self, episodes: list[Episode] | None, *, resume: bool, journal: bool,
@@ -276,6 +277,7 @@ class StreamTrainer:
             self._bar = tqdm(total=self.cfg.total_steps, initial=self.step, unit="step", dynamic_ncols=True,
                              file=stream, desc=f"graph {self.cfg.algo} {self.cfg.env_id}")
         self._last_log, self._last_log_t, self._last_ret = self.step, time.perf_counter(), math.nan
+        self._first_log = (self._last_log, self._last_log_t)
 
     def close_progress_bar(self) -> None:
         if self._bar is not None:
@@ -507,7 +509,8 @@ class StreamTrainer:
             self._bar.set_postfix({**shown, "sps": f"{sps:.0f}"})
         else:
             said = "" if no_reward else f", training return {self._last_ret:.1f}"
-            self.hooks.log.info(f"{n}/{self.cfg.total_steps} transitions, {sps:.0f} steps/s{said}")
+            to_go = time_to_go(self.cfg.total_steps - n, n - self._first_log[0], now - self._first_log[1])
+            self.hooks.log.info(f"{n}/{self.cfg.total_steps} transitions, {sps:.0f} steps/s{to_go}{said}")
         self._last_log, self._last_log_t = n, now
 
     # ------------------------------------------------------------------ outputs
