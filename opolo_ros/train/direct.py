@@ -82,7 +82,7 @@ from opolo_ros.train.checkpoint import (
     torch_rng_state,
     trainer_of,
 )
-from opolo_ros.train.logger import RunLogger, purge_step, time_to_go
+from opolo_ros.train.logger import RunLogger, TimeToGo, purge_step
 from opolo_ros.train.run_eval import RunEvaluator, stop_at_return_note
 from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
@@ -525,7 +525,8 @@ class DirectTrainer:
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress or lines,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
         last_log, last_log_t, last_ret = self.step, time.perf_counter(), math.nan
-        first_step, first_t = last_log, last_log_t  # this process's rate, for the time to go
+        eta = TimeToGo(cfg.total_steps)
+        eta.mark(last_log, last_log_t)
         with stop_on_signals(self.stop):  # the loop and the last writes (a first signal asks to stop)
             try:
                 if self.pending is not None:  # stopped inside a step's updates: finish that step
@@ -551,10 +552,9 @@ class DirectTrainer:
                         no_reward = is_mjcf(cfg.env_id)  # its returns are 0: not worth showing
                         bar.set_postfix({**({} if no_reward else {"ret": f"{last_ret:.0f}"}),
                                          "sps": f"{sps:.0f}"})
+                        to_go = eta.mark(self.step, now)
                         if lines:
                             said = "" if no_reward else f", training return {last_ret:.1f}"
-                            to_go = time_to_go(cfg.total_steps - self.step, self.step - first_step,
-                                               now - first_t)
                             print(f"{cfg.algo} {cfg.env_id}: {self.step}/{cfg.total_steps} steps, "
                                   f"{sps:.0f} steps/s{to_go}{said}", file=sys.stderr)
                     self._periodic(logger, bar)

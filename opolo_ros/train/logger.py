@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -21,9 +22,8 @@ def purge_step(resumed_at: int) -> int | None:
 
 
 def time_to_go(remaining: int, done: int, elapsed_s: float) -> str:
-    """A progress line's estimate of the time left: `remaining` steps at the rate of the `done`
-    steps of this process so far, in `elapsed_s` (evaluations and checkpoints included), as
-    ``", about 37 min to go"``; ``""`` with nothing left or no rate yet."""
+    """A progress line's estimate of the time left: `remaining` steps at the rate of `done` steps
+    in `elapsed_s`, as ``", about 37 min to go"``; ``""`` with nothing left or no rate yet."""
     if remaining <= 0 or done <= 0 or not elapsed_s > 0:
         return ""
     seconds = remaining * elapsed_s / done
@@ -33,6 +33,22 @@ def time_to_go(remaining: int, done: int, elapsed_s: float) -> str:
     if minutes < 60:
         return f", about {minutes} min to go"
     return f", about {minutes // 60} h {minutes % 60:02d} min to go"
+
+
+class TimeToGo:
+    """A run's time left, at its rate over its last `window` marks (progress lines, 1000 steps
+    apart): the fast random steps of a warm-up leave the estimate once past, and evaluations and
+    checkpoints weigh in as they recur (one every 2-10 of them)."""
+
+    def __init__(self, total_steps: int, window: int = 20) -> None:
+        self.total_steps = total_steps
+        self._marks: deque[tuple[int, float]] = deque(maxlen=window + 1)
+
+    def mark(self, step: int, now: float) -> str:
+        """Note that `step` was reached at `now` (a monotonic clock); :func:`time_to_go` of it."""
+        self._marks.append((step, now))
+        first_step, first_t = self._marks[0]
+        return time_to_go(self.total_steps - step, step - first_step, now - first_t)
 
 
 def _cell(key: str, value: object) -> object:

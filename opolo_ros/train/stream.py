@@ -64,7 +64,7 @@ from opolo_ros.train.direct import (
     run_finished,
     seed_everything,
 )
-from opolo_ros.train.logger import RunLogger, purge_step, time_to_go
+from opolo_ros.train.logger import RunLogger, TimeToGo, purge_step
 from opolo_ros.train.run_eval import RunEvaluator, evaluated_text, stop_at_return_note
 from opolo_ros.train.runfolder import set_aside_previous_run, write_run_config
 from opolo_ros.train.runlock import RunFolderLock
@@ -151,7 +151,7 @@ class StreamTrainer:
         self.plot_path: Path | None = None
         self._bar = None
         self._last_log, self._last_log_t, self._last_ret = 0, time.perf_counter(), math.nan
-        self._first_log = (self._last_log, self._last_log_t)  # this process's rate: the time to go
+        self._eta = TimeToGo(cfg.total_steps)  # the progress lines' time to go
 
     # ------------------------------------------------------------------ set-up
     def start(self, episodes: list[Episode] | None, *, resume: bool, journal: bool,
@@ -277,7 +277,8 @@ class StreamTrainer:
             self._bar = tqdm(total=self.cfg.total_steps, initial=self.step, unit="step", dynamic_ncols=True,
                              file=stream, desc=f"graph {self.cfg.algo} {self.cfg.env_id}")
         self._last_log, self._last_log_t, self._last_ret = self.step, time.perf_counter(), math.nan
-        self._first_log = (self._last_log, self._last_log_t)
+        self._eta = TimeToGo(self.cfg.total_steps)
+        self._eta.mark(self._last_log, self._last_log_t)
 
     def close_progress_bar(self) -> None:
         if self._bar is not None:
@@ -504,12 +505,12 @@ class StreamTrainer:
         self.logger.scalars(n, {**self._metrics, "perf/steps_per_sec": sps,
                                 "perf/gradient_steps": float(self.learner.critic_steps)})
         no_reward = is_mjcf(self.cfg.env_id)  # its returns are 0: not worth showing
+        to_go = self._eta.mark(n, now)
         if self._bar is not None:
             shown = {} if no_reward else {"ret": f"{self._last_ret:.0f}"}
             self._bar.set_postfix({**shown, "sps": f"{sps:.0f}"})
         else:
             said = "" if no_reward else f", training return {self._last_ret:.1f}"
-            to_go = time_to_go(self.cfg.total_steps - n, n - self._first_log[0], now - self._first_log[1])
             self.hooks.log.info(f"{n}/{self.cfg.total_steps} transitions, {sps:.0f} steps/s{to_go}{said}")
         self._last_log, self._last_log_t = n, now
 
