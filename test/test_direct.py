@@ -1502,20 +1502,23 @@ def test_time_to_go_of_a_progress_line():
     assert time_to_go(1000, 0, 100.0) == time_to_go(1000, 1000, 0.0) == ""  # no rate yet
 
 
-def test_time_to_go_forgets_a_warm_ups_fast_steps():
-    """The rate of the last 20 progress lines: a run's first 10k random steps went at five times
-    its training rate, and an estimate from the start of the process said half the time left."""
+def test_time_to_go_leaves_out_a_warm_ups_fast_steps():
+    """A run's first 10k random steps went at five times its training rate: an estimate from the
+    start of the process said half the time left, and one over its last 20 lines did so until
+    the warm-up left them."""
     from opolo_ros.train.logger import TimeToGo
 
-    eta, now = TimeToGo(100_000, window=20), 0.0
+    eta, now = TimeToGo(100_000, after=10_000, window=20), 0.0
     assert eta.mark(0, now) == ""
     for step in range(1000, 10_001, 1000):  # warm-up: 50 steps/s... of a run that trains at 10
         now += 20.0
-        eta.mark(step, now)
-    for step in range(11_000, 30_001, 1000):
-        now += 100.0
+        assert eta.mark(step, now) == ""  # nothing said during the warm-up
+    now += 100.0
+    assert eta.mark(11_000, now) == ", about 2 h 28 min to go"  # 89k at 10 steps/s: at once
+    for step in range(12_000, 50_001, 1000):
+        now += 100.0 if step % 5000 else 150.0  # an evaluation every 5k
         said = eta.mark(step, now)
-    assert said == ", about 1 h 57 min to go"  # 70k steps at 10 steps/s, the warm-up out of the window
+    assert said == ", about 1 h 32 min to go"  # 50k at 1000 steps per 110 s, the last 20 lines'
 
 
 def test_eval_csv_records_the_scores_baselines_and_a_changed_expert_return_is_said(tmp_path, capsys):

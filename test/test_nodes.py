@@ -485,7 +485,8 @@ def test_mjcf_training_run_is_evaluated_by_its_imitation_distance(tmp_path, ros_
     assert best["eval_max_episode_steps"] == "1000"
     # the progress lines show no return (0 throughout: noise, a walkthrough)
     assert "1000/1100 transitions, " in run.stderr and "training return" not in run.stderr
-    assert re.search(r"1000/1100 transitions, \d+ steps/s, (under a minute|about \d+ min) to go", run.stderr)
+    assert re.search(r"1000/1100 transitions, \d+ steps/s\n", run.stderr)  # no time to go yet: the
+    # task file's warm-up is 1000 steps (test_direct.py: the time to go)
     assert "mean return of the" not in run.stderr
     assert "no learning-curve plot" not in run.stderr and (tmp_path / "run" / "learning_curve.png").is_file()
     assert (tmp_path / "run" / "policy.onnx").is_file()

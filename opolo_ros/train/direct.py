@@ -525,7 +525,7 @@ class DirectTrainer:
         bar = tqdm(total=cfg.total_steps, initial=self.step, disable=not cfg.progress or lines,
                    desc=f"{cfg.algo} {cfg.env_id}", unit="step", dynamic_ncols=True)
         last_log, last_log_t, last_ret = self.step, time.perf_counter(), math.nan
-        eta = TimeToGo(cfg.total_steps)
+        eta = TimeToGo(cfg.total_steps, after=cfg.schedule.warmup_steps)
         eta.mark(last_log, last_log_t)
         with stop_on_signals(self.stop):  # the loop and the last writes (a first signal asks to stop)
             try:

@@ -37,15 +37,18 @@ def time_to_go(remaining: int, done: int, elapsed_s: float) -> str:
 
 class TimeToGo:
     """A run's time left, at its rate over its last `window` marks (progress lines, 1000 steps
-    apart): the fast random steps of a warm-up leave the estimate once past, and evaluations and
-    checkpoints weigh in as they recur (one every 2-10 of them)."""
+    apart) after step `after` (the warm-up's random steps, several times faster than training's:
+    none said before it ends); evaluations and checkpoints weigh in as they recur (one every 2-10
+    marks)."""
 
-    def __init__(self, total_steps: int, window: int = 20) -> None:
-        self.total_steps = total_steps
+    def __init__(self, total_steps: int, after: int = 0, window: int = 20) -> None:
+        self.total_steps, self.after = total_steps, after
         self._marks: deque[tuple[int, float]] = deque(maxlen=window + 1)
 
     def mark(self, step: int, now: float) -> str:
         """Note that `step` was reached at `now` (a monotonic clock); :func:`time_to_go` of it."""
+        if step <= self.after:
+            self._marks.clear()  # the window starts where the warm-up ends
         self._marks.append((step, now))
         first_step, first_t = self._marks[0]
         return time_to_go(self.total_steps - step, step - first_step, now - first_t)

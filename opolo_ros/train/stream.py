@@ -151,7 +151,8 @@ class StreamTrainer:
         self.plot_path: Path | None = None
         self._bar = None
         self._last_log, self._last_log_t, self._last_ret = 0, time.perf_counter(), math.nan
-        self._eta = TimeToGo(cfg.total_steps)  # the progress lines' time to go
+        # the progress lines' time to go
+        self._eta = TimeToGo(cfg.total_steps, after=cfg.schedule.warmup_steps)
 
     # ------------------------------------------------------------------ set-up
     def start(self, episodes: list[Episode] | None, *, resume: bool, journal: bool,
@@ -277,7 +278,7 @@ class StreamTrainer:
             self._bar = tqdm(total=self.cfg.total_steps, initial=self.step, unit="step", dynamic_ncols=True,
                              file=stream, desc=f"graph {self.cfg.algo} {self.cfg.env_id}")
         self._last_log, self._last_log_t, self._last_ret = self.step, time.perf_counter(), math.nan
-        self._eta = TimeToGo(self.cfg.total_steps)
+        self._eta = TimeToGo(self.cfg.total_steps, after=self.cfg.schedule.warmup_steps)
         self._eta.mark(self._last_log, self._last_log_t)
 
     def close_progress_bar(self) -> None:
