@@ -454,3 +454,10 @@ def test_a_runs_final_lines_the_same_for_both_trainers():
     unevaluated = TrainResult(Path("run"), 0, nan, nan, nan, nan, nan, Path("run/policy.onnx"))
     assert unevaluated.summary_lines(3, "opolo") == [
         "no evaluation: the task has no reward (an MJCF file), so only the policy is the result"]
+
+
+def test_a_plots_title_names_an_mjcf_robot_by_its_file_name():
+    from opolo_ros.sim.task_ids import task_label
+
+    assert task_label("/work/main/models/robots/two_link_arm.xml") == "two_link_arm.xml"
+    assert task_label("Hopper-v5") == "Hopper-v5"

@@ -14,6 +14,12 @@ def is_mjcf(env_id: str) -> bool:
     return env_id.lower().endswith(".xml")
 
 
+def task_label(env_id: str) -> str:
+    """A task's short name for titles: an MJCF file's name without its folders (a plot's title
+    held the whole absolute path the graph resolves, and was cut off), else the Gymnasium id."""
+    return Path(env_id).name if is_mjcf(env_id) else env_id
+
+
 def same_task(a: str, b: str) -> bool:
     """Whether two env ids name one task: the same Gymnasium id, or the same MJCF file however its
     path is written (``./arm.xml``, ``arm.xml``, absolute)."""

@@ -54,7 +54,7 @@ from opolo_ros.sim.envs import (
     set_env_state,
 )
 from opolo_ros.sim.imitation import imitation_score
-from opolo_ros.sim.task_ids import is_mjcf
+from opolo_ros.sim.task_ids import is_mjcf, task_label
 from opolo_ros.sim.tasks import (
     check_joint_order,
     control_period,
@@ -580,7 +580,7 @@ class DirectTrainer:
             logger.close()
             from opolo_ros.plot import draw_run_curve
 
-            draw_run_curve(self.run_dir, f"{cfg.algo.upper()}: {cfg.env_id}, seed {cfg.seed}",
+            draw_run_curve(self.run_dir, f"{cfg.algo.upper()}: {task_label(cfg.env_id)}, seed {cfg.seed}",
                            self.evaluator.expert_return,
                            lambda text: tqdm.write(f"warning: {text}", file=sys.stderr))
         ev = self.evaluator

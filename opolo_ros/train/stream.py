@@ -39,7 +39,7 @@ from opolo_ros.data.replay import ReplayBuffer
 from opolo_ros.export.onnx_policy import export_policy_or_warn
 from opolo_ros.sim.actions import ActionScaler
 from opolo_ros.sim.envs import EvaluationInterrupted
-from opolo_ros.sim.task_ids import is_mjcf
+from opolo_ros.sim.task_ids import is_mjcf, task_label
 from opolo_ros.sim.tasks import control_period, make_task_env, max_steps_of
 from opolo_ros.train.checkpoint import (
     GRAPH_SOURCE,
@@ -675,8 +675,8 @@ class StreamTrainer:
         self.logger.close()
         from opolo_ros.plot import draw_run_curve
 
-        self.plot_path = draw_run_curve(self.run_dir, f"{cfg.algo.upper()} through the ROS graph: "
-                                        f"{cfg.env_id}, seed {cfg.seed}", self.evaluator.expert_return,
+        title = f"{cfg.algo.upper()} through the ROS graph: {task_label(cfg.env_id)}, seed {cfg.seed}"
+        self.plot_path = draw_run_curve(self.run_dir, title, self.evaluator.expert_return,
                                         self.hooks.log.warning)
         ev = self.evaluator
         self.result = TrainResult(self.run_dir, self.step, mean, std, ev.normalised(mean), ev.expert_return,
