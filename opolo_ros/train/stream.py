@@ -278,8 +278,7 @@ class StreamTrainer:
             self._bar = tqdm(total=self.cfg.total_steps, initial=self.step, unit="step", dynamic_ncols=True,
                              file=stream, desc=f"graph {self.cfg.algo} {self.cfg.env_id}")
         self._last_log, self._last_log_t, self._last_ret = self.step, time.perf_counter(), math.nan
-        self._eta = TimeToGo(self.cfg.total_steps, after=self.cfg.schedule.warmup_steps)
-        self._eta.mark(self._last_log, self._last_log_t)
+        self._eta.mark(self._last_log, self._last_log_t)  # where this process's rate starts
 
     def close_progress_bar(self) -> None:
         if self._bar is not None:
